@@ -1,0 +1,61 @@
+"""evoharness-bpe: a trainable Belief / Progress / Experience harness for LLM agents.
+
+The core is framework-neutral (pydantic and the standard library only). Framework adapters
+live in `evoharness_bpe_langgraph` and `evoharness_bpe_llamaindex`; training in
+`evoharness_bpe_training`.
+"""
+
+from .actions import META_ACTIONS, ToolSpec
+from .dashboard import InjectMode
+from .exceptions import EvoHarnessError, MetaActionError, StoreError, UserError
+from .experience import ConsolidationPolicy, NoteOutcome
+from .ledger import ActionCost, CostLedger, LedgerSummary
+from .state import BPEState, Belief, Experience, Fact, OpenException, Progress, Subgoal
+from .stores import (
+    ExperienceEntry,
+    ExperienceStore,
+    MemoryExperienceStore,
+    ScoredEntry,
+    SQLiteExperienceStore,
+)
+from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace, TraceWriter, read_traces
+from .workspace import ActionResult, EpisodeSummary, Workspace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Workspace",
+    "ActionResult",
+    "EpisodeSummary",
+    "BPEState",
+    "Belief",
+    "Fact",
+    "Progress",
+    "Subgoal",
+    "OpenException",
+    "Experience",
+    "ExperienceEntry",
+    "ExperienceStore",
+    "MemoryExperienceStore",
+    "SQLiteExperienceStore",
+    "ScoredEntry",
+    "ConsolidationPolicy",
+    "NoteOutcome",
+    "ToolSpec",
+    "META_ACTIONS",
+    "InjectMode",
+    "ActionCost",
+    "CostLedger",
+    "LedgerSummary",
+    "Trace",
+    "TraceWriter",
+    "read_traces",
+    "MetaActionEvent",
+    "DashboardSnapshot",
+    "Outcome",
+    "EvoHarnessError",
+    "UserError",
+    "MetaActionError",
+    "StoreError",
+    "__version__",
+]

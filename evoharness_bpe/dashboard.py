@@ -1,0 +1,140 @@
+"""The dashboard: a compact, bounded text view of the BPE state, shown before each model call.
+
+Everything a model or a tool wrote is untrusted: it is put on one line, inside « », with the
+delimiters, angle brackets, control characters and chat-template tokens defused, and cut to a
+length limit. So a note cannot add a line, fake a section header or close the dashboard.
+The whole text never exceeds the token budget under the given counter.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Literal
+
+from .ledger import LedgerSummary
+from .state import BPEState
+from .stores.base import ExperienceEntry
+from .text import TokenCounter, approx_tokens, inline
+
+__all__ = ["InjectMode", "render_dashboard", "MIN_DASHBOARD_TOKENS", "OPEN_TAG", "CLOSE_TAG"]
+
+InjectMode = Literal["full", "summary", "off"]
+MIN_DASHBOARD_TOKENS = 80
+OPEN_TAG = "<bpe-dashboard"
+CLOSE_TAG = "</bpe-dashboard>"
+
+_MAX_NEXT = 5
+_MAX_EXCEPTIONS = 5
+_MAX_BELIEFS = 12
+_MAX_HINTS = 2
+_ANGLE = str.maketrans({"<": "‹", ">": "›"})
+
+
+def _safe(text: str, limit: int) -> str:
+    return "«" + inline(text, limit, forbidden="«»").translate(_ANGLE) + "»"
+
+
+def _cost_line(ledger: LedgerSummary) -> str:
+    return (
+        f"COST: {ledger.meta_action_calls} meta-actions ({ledger.invalid_calls} invalid), "
+        f"{ledger.harness_tokens} harness tokens, {ledger.dashboard_renders} dashboards"
+    )
+
+
+def _sections(state: BPEState, hints: Sequence[ExperienceEntry], mode: InjectMode) -> list[tuple[str, list[str]]]:
+    progress = state.progress
+    open_subgoals = progress.open_subgoals()
+    limit_next = 1 if mode == "summary" else _MAX_NEXT
+    next_lines = [f"- [{s.status}] {s.id} {_safe(s.title, 120)}" for s in open_subgoals[:limit_next]]
+    if len(open_subgoals) > limit_next:
+        next_lines.append(f"- … {len(open_subgoals) - limit_next} more open")
+    if mode == "summary":
+        return [("NEXT:", next_lines)]
+    exceptions = list(progress.exceptions.values())
+    exc_lines = [f"- {_safe(e.id, 80)} {_safe(e.message, 160)}" for e in exceptions[-_MAX_EXCEPTIONS:]]
+    if len(exceptions) > _MAX_EXCEPTIONS:
+        exc_lines.insert(0, f"- … {len(exceptions) - _MAX_EXCEPTIONS} older")
+    active = progress.active()
+    tag = active.id if active else None
+    facts = heapq.nlargest(
+        _MAX_BELIEFS,
+        state.belief.facts.values(),
+        key=lambda f: (tag is not None and tag in f.key, f.step),
+    )
+    belief_lines = [
+        f"- {_safe(f.key, 60)} = {_safe(f.value, 160)} (source {_safe(f.source, 30)}, step {f.step}"
+        + (f", confidence {f.confidence:.2f})" if f.confidence < 1.0 else ")")
+        for f in facts
+    ]
+    hidden = len(state.belief.facts) - len(facts)
+    if hidden > 0:
+        belief_lines.append(f"- … {hidden} older facts (not shown)")
+    hint_lines = [
+        f"- [{h.id}] {h.kind} {_safe(h.text, 200)} (wins {h.wins}, losses {h.losses})"
+        for h in hints[:_MAX_HINTS]
+    ]
+    return [
+        ("NEXT:", next_lines),
+        ("EXCEPTIONS:", exc_lines),
+        ("BELIEFS:", belief_lines),
+        ("HINTS (from experience):", hint_lines),
+    ]
+
+
+def render_dashboard(
+    state: BPEState,
+    *,
+    ledger: LedgerSummary,
+    hints: Sequence[ExperienceEntry] = (),
+    budget: int = 600,
+    mode: InjectMode = "full",
+    count_tokens: TokenCounter = approx_tokens,
+) -> str:
+    """Render the dashboard for `state` within `budget` tokens ("" when `mode` is "off").
+
+    Lines are added by priority — goal, counts, cost; then next subgoals, exceptions, beliefs
+    and hints — as long as they fit.
+    """
+    if mode == "off":
+        return ""
+    budget = max(budget, MIN_DASHBOARD_TOKENS)
+    counts = state.progress.counts()
+    head = f"{OPEN_TAG} step={state.step}>"
+    progress_line = "PROGRESS: " + ", ".join(f"{n} {status}" for status, n in counts.items()) + (
+        f" (of {sum(counts.values())})"
+    )
+    tail = [_cost_line(ledger), CLOSE_TAG]
+    fixed = [head, progress_line, *tail]
+    used = sum(count_tokens(line) for line in fixed)
+    goal_chars = 300
+    goal_line = f"GOAL: {_safe(state.progress.goal, goal_chars)}"
+    while count_tokens(goal_line) > budget - used and goal_chars > 8:
+        goal_chars //= 2
+        goal_line = f"GOAL: {_safe(state.progress.goal, goal_chars)}"
+    used += count_tokens(goal_line)
+
+    body: list[str] = []
+    for header, lines in _sections(state, hints, mode):
+        if not lines:
+            continue
+        header_cost = count_tokens(header)
+        added = False
+        for line in lines:
+            cost = count_tokens(line) + (0 if added else header_cost)
+            if used + cost > budget:
+                break
+            if not added:
+                body.append(header)
+                added = True
+            body.append(line)
+            used += cost
+
+    text = "\n".join([head, goal_line, progress_line, *body, *tail])
+    # A counter that is not additive over lines may still overshoot: drop optional lines.
+    while body and count_tokens(text) > budget:
+        body.pop()
+        if body and body[-1].endswith(":"):
+            body.pop()
+        text = "\n".join([head, goal_line, progress_line, *body, *tail])
+    return text

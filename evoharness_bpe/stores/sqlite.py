@@ -1,0 +1,234 @@
+"""An experience store in one SQLite file: FTS5 BM25 search, WAL, safe across processes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+from ..exceptions import StoreError
+from ..text import terms
+from .base import (
+    ExperienceEntry,
+    ExperienceStore,
+    Namespace,
+    ScoredEntry,
+    namespace_key,
+    validate_namespace,
+)
+
+__all__ = ["SQLiteExperienceStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    ns TEXT NOT NULL,
+    terms TEXT NOT NULL,
+    updated REAL NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_ns_updated ON entries(ns, updated DESC, id DESC);
+CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(
+    terms, content='entries', content_rowid='rowid', tokenize='unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS entries_ai AFTER INSERT ON entries BEGIN
+    INSERT INTO entries_fts(rowid, terms) VALUES (new.rowid, new.terms);
+END;
+CREATE TRIGGER IF NOT EXISTS entries_ad AFTER DELETE ON entries BEGIN
+    INSERT INTO entries_fts(entries_fts, rowid, terms) VALUES ('delete', old.rowid, old.terms);
+END;
+CREATE TRIGGER IF NOT EXISTS entries_au AFTER UPDATE ON entries BEGIN
+    INSERT INTO entries_fts(entries_fts, rowid, terms) VALUES ('delete', old.rowid, old.terms);
+    INSERT INTO entries_fts(rowid, terms) VALUES (new.rowid, new.terms);
+END;
+"""
+
+_MAX_QUERY_TERMS = 32
+
+
+def _ns_prefix(key: str) -> str:
+    # Every indexed term carries a fixed-length hash of its namespace, so each namespace has
+    # posting lists of its own: a search touches only its namespace's documents.
+    import hashlib  # deferred: only stores that read or write need it
+
+    return "n" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+
+
+def _indexed_terms(key: str, entry: ExperienceEntry) -> str:
+    prefix = _ns_prefix(key)
+    return " ".join(prefix + t for t in terms(entry.text + " " + " ".join(entry.tags)))
+
+
+class SQLiteExperienceStore(ExperienceStore):
+    """Experience in a SQLite database file, shared by threads and processes.
+
+    Each thread gets its own connection; the file runs in WAL mode so readers never block the
+    writer, and `transaction()` takes SQLite's write lock up front (``BEGIN IMMEDIATE``) so that
+    concurrent consolidations from several processes serialise instead of interleaving.
+
+    >>> store = SQLiteExperienceStore(":memory:")  # or a path such as "experience.db"
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._timeout = timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._shared_memory_lock = threading.RLock()
+        if self.path == ":memory:":
+            # One in-memory database must be one connection, shared under a lock.
+            self._memory_conn: sqlite3.Connection | None = self._open()
+        else:
+            self._memory_conn = None
+            self._conn()
+
+    # -- connections -------------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite experience store {self.path!r}: {exc}") from exc
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._memory_conn is not None:
+            return self._memory_conn
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._open()
+            self._local.depth = 0
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._shared_memory_lock if self._memory_conn is not None else nullcontext():
+            conn = self._conn()
+            depth = getattr(self._local, "depth", 0)
+            if depth == 0:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.Error as exc:
+                    raise StoreError(f"cannot start a write transaction: {exc}") from exc
+            self._local.depth = depth + 1
+            try:
+                yield
+            except BaseException:
+                self._local.depth = depth
+                if depth == 0:
+                    conn.execute("ROLLBACK")
+                raise
+            self._local.depth = depth
+            if depth == 0:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    raise StoreError(f"cannot commit: {exc}") from exc
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with self._shared_memory_lock if self._memory_conn is not None else nullcontext():
+            try:
+                yield self._conn()
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite experience store {self.path!r}: {exc}") from exc
+
+    def _write(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
+        with self.transaction():
+            try:
+                return self._conn().execute(sql, params)
+            except sqlite3.IntegrityError as exc:
+                raise StoreError(f"integrity error: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite experience store {self.path!r}: {exc}") from exc
+
+    # -- contract ----------------------------------------------------------------------------
+    def add(self, namespace: Namespace, entry: ExperienceEntry) -> ExperienceEntry:
+        key = namespace_key(validate_namespace(namespace))
+        self._write(
+            "INSERT INTO entries(id, ns, terms, updated, body) VALUES (?, ?, ?, ?, ?)",
+            (entry.id, key, _indexed_terms(key, entry), entry.updated, entry.model_dump_json()),
+        )
+        return entry.model_copy(deep=True)
+
+    def get(self, namespace: Namespace, entry_id: str) -> ExperienceEntry | None:
+        key = namespace_key(validate_namespace(namespace))
+        with self._reading() as conn:
+            row = conn.execute("SELECT body FROM entries WHERE id = ? AND ns = ?", (entry_id, key)).fetchone()
+        return ExperienceEntry.model_validate_json(row[0]) if row else None
+
+    def update(self, namespace: Namespace, entry: ExperienceEntry) -> None:
+        key = namespace_key(validate_namespace(namespace))
+        cur = self._write(
+            "UPDATE entries SET terms = ?, updated = ?, body = ? WHERE id = ? AND ns = ?",
+            (_indexed_terms(key, entry), entry.updated, entry.model_dump_json(), entry.id, key),
+        )
+        if cur.rowcount == 0:
+            raise StoreError(f"no entry {entry.id!r} in namespace {namespace!r} to update")
+
+    def delete(self, namespace: Namespace, entry_id: str) -> bool:
+        key = namespace_key(validate_namespace(namespace))
+        cur = self._write("DELETE FROM entries WHERE id = ? AND ns = ?", (entry_id, key))
+        return cur.rowcount > 0
+
+    def list(self, namespace: Namespace, *, limit: int = 100, offset: int = 0) -> list[ExperienceEntry]:
+        key = namespace_key(validate_namespace(namespace))
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT body FROM entries WHERE ns = ? ORDER BY updated DESC, id DESC LIMIT ? OFFSET ?",
+                (key, limit, offset),
+            ).fetchall()
+        return [ExperienceEntry.model_validate_json(r[0]) for r in rows]
+
+    def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
+        key = namespace_key(validate_namespace(namespace))
+        query_terms = list(dict.fromkeys(terms(query)))[:_MAX_QUERY_TERMS]
+        if not query_terms:
+            return []
+        # Terms are letters and digits only, so quoting them is enough to escape FTS5 syntax.
+        prefix = _ns_prefix(key)
+        match = " OR ".join(f'"{prefix}{t}"' for t in query_terms)
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT e.body, hit.s FROM ("
+                "  SELECT rowid, bm25(entries_fts) AS s FROM entries_fts"
+                "  WHERE entries_fts MATCH ? ORDER BY s LIMIT ?"
+                ") AS hit JOIN entries e ON e.rowid = hit.rowid WHERE e.ns = ? ORDER BY hit.s, e.id",
+                (match, k, key),
+            ).fetchall()
+        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(body), score=-s) for body, s in rows]
+
+    def count(self, namespace: Namespace) -> int:
+        key = namespace_key(validate_namespace(namespace))
+        with self._reading() as conn:
+            return conn.execute("SELECT count(*) FROM entries WHERE ns = ?", (key,)).fetchone()[0]
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` plus the FTS index check; ``"ok"`` when sound."""
+        with self._reading() as conn:
+            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
+            conn.execute("INSERT INTO entries_fts(entries_fts, rank) VALUES ('integrity-check', 1)")
+        return result
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+

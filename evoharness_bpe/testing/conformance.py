@@ -1,0 +1,209 @@
+"""The conformance suite every `ExperienceStore` backend must pass unchanged.
+
+Subclass `ExperienceStoreConformance` in a test module and provide a `store` fixture that
+yields a fresh, empty store::
+
+    class TestMyStore(ExperienceStoreConformance):
+        @pytest.fixture
+        def store(self, tmp_path):
+            s = MyStore(tmp_path / "x")
+            yield s
+            s.close()
+
+The suite checks the raw contract (add/get/update/delete/list/search/count, namespace
+isolation) and the behaviours built on it (consolidation, supersedes, decay, the cap, credit).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ..exceptions import MetaActionError, StoreError, UserError
+from ..experience import ConsolidationPolicy, consolidate_note, credit, recall
+from ..stores.base import ExperienceEntry, ExperienceStore
+
+__all__ = ["ExperienceStoreConformance"]
+
+NS = ("tenant-a", "agent")
+OTHER = ("tenant-b", "agent")
+PREFIX = ("tenant-a",)
+
+
+class ExperienceStoreConformance:
+    """Behaviour shared by every backend; see the module docstring for how to register."""
+
+    @pytest.fixture
+    def store(self) -> ExperienceStore:  # pragma: no cover - overridden by each backend
+        raise NotImplementedError("provide a `store` fixture that yields an empty store")
+
+    # -- raw contract ------------------------------------------------------------------------
+    def test_add_get_roundtrip(self, store: ExperienceStore) -> None:
+        entry = ExperienceEntry(text="Retry 503 errors after two seconds", tags=["api"], kind="procedure")
+        store.add(NS, entry)
+        got = store.get(NS, entry.id)
+        assert got == entry
+        assert store.get(NS, "missing") is None
+
+    def test_duplicate_id_is_rejected(self, store: ExperienceStore) -> None:
+        entry = ExperienceEntry(text="one")
+        store.add(NS, entry)
+        with pytest.raises(StoreError):
+            store.add(NS, entry)
+
+    def test_update_replaces_and_reindexes(self, store: ExperienceStore) -> None:
+        entry = store.add(NS, ExperienceEntry(text="batches of fifty records"))
+        entry.text = "phone numbers need a country code"
+        entry.wins = 2
+        store.update(NS, entry)
+        assert store.get(NS, entry.id) == entry
+        assert store.search(NS, "batches fifty") == []
+        assert [h.entry.id for h in store.search(NS, "phone country")] == [entry.id]
+
+    def test_update_missing_raises(self, store: ExperienceStore) -> None:
+        with pytest.raises(StoreError):
+            store.update(NS, ExperienceEntry(text="never added"))
+
+    def test_delete(self, store: ExperienceStore) -> None:
+        entry = store.add(NS, ExperienceEntry(text="temporary"))
+        assert store.delete(NS, entry.id) is True
+        assert store.get(NS, entry.id) is None
+        assert store.delete(NS, entry.id) is False
+        assert store.search(NS, "temporary") == []
+
+    def test_list_is_newest_first_and_paged(self, store: ExperienceStore) -> None:
+        ids = []
+        for i in range(5):
+            e = store.add(NS, ExperienceEntry(text=f"note {i}", created=100.0 + i, updated=100.0 + i))
+            ids.append(e.id)
+        assert [e.id for e in store.list(NS)] == ids[::-1]
+        assert [e.id for e in store.list(NS, limit=2, offset=1)] == ids[::-1][1:3]
+        assert store.count(NS) == 5
+
+    def test_search_ranks_relevant_first(self, store: ExperienceStore) -> None:
+        store.add(NS, ExperienceEntry(text="The weather was sunny"))
+        best = store.add(NS, ExperienceEntry(text="Rate limit 429: wait for retry-after before the next batch"))
+        store.add(NS, ExperienceEntry(text="Batch upload finished"))
+        hits = store.search(NS, "rate limit retry")
+        assert hits and hits[0].entry.id == best.id
+        assert all(h.score > 0 for h in hits)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert store.search(NS, "zebra") == []
+        assert store.search(NS, "") == []
+
+    def test_search_respects_k(self, store: ExperienceStore) -> None:
+        for i in range(8):
+            store.add(NS, ExperienceEntry(text=f"upload batch number {i}"))
+        assert len(store.search(NS, "upload batch", k=3)) == 3
+
+    def test_search_tolerates_query_syntax(self, store: ExperienceStore) -> None:
+        store.add(NS, ExperienceEntry(text="quotes and operators"))
+        for query in ['"unbalanced', "NOT AND OR", "a*b:c^(d)", "quotes -operators", "NEAR(x y)"]:
+            store.search(NS, query)  # must not raise
+        assert store.search(NS, 'quotes" OR "x')
+
+    def test_namespaces_are_isolated(self, store: ExperienceStore) -> None:
+        mine = store.add(NS, ExperienceEntry(text="secret procedure for tenant a"))
+        theirs = store.add(OTHER, ExperienceEntry(text="secret procedure for tenant b"))
+        assert store.get(OTHER, mine.id) is None
+        assert [h.entry.id for h in store.search(NS, "secret procedure")] == [mine.id]
+        assert [e.id for e in store.list(OTHER)] == [theirs.id]
+        assert store.delete(OTHER, mine.id) is False
+        with pytest.raises(StoreError):
+            store.update(OTHER, mine)
+        assert store.get(NS, mine.id) == mine
+
+    def test_namespace_is_not_a_prefix_match(self, store: ExperienceStore) -> None:
+        store.add(NS, ExperienceEntry(text="nested namespace entry"))
+        assert store.search(PREFIX, "nested namespace") == []
+        assert store.list(PREFIX) == []
+        assert store.count(PREFIX) == 0
+
+    def test_invalid_namespace_is_rejected(self, store: ExperienceStore) -> None:
+        for bad in [(), ("a/b",), ("",), "tenant", ("x\n",)]:
+            with pytest.raises(UserError):
+                store.search(bad, "x")  # type: ignore[arg-type]
+
+    def test_unicode_roundtrip(self, store: ExperienceStore) -> None:
+        entry = store.add(NS, ExperienceEntry(text="Kunde Müller: Telefonnummer prüfen — 東京 ✓", tags=["ünï"]))
+        assert store.get(NS, entry.id) == entry
+        assert [h.entry.id for h in store.search(NS, "müller telefonnummer")] == [entry.id]
+
+    def test_transaction_rolls_back_on_error(self, store: ExperienceStore) -> None:
+        kept = store.add(NS, ExperienceEntry(text="kept entry"))
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.add(NS, ExperienceEntry(text="rolled back entry"))
+                raise RuntimeError("boom")
+        if store.count(NS) != 1:
+            pytest.skip("this backend's transaction() serialises but does not roll back")
+        assert [e.id for e in store.list(NS)] == [kept.id]
+
+    def test_threads_adding_concurrently_lose_nothing(self, store: ExperienceStore) -> None:
+        def worker(n: int) -> None:
+            for i in range(25):
+                store.add(NS, ExperienceEntry(text=f"thread {n} entry {i}"))
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert store.count(NS) == 100
+
+    # -- behaviour built on the contract -----------------------------------------------------
+    def test_near_duplicate_merges(self, store: ExperienceStore) -> None:
+        first = consolidate_note(store, NS, "Always validate the email field before upload", tags=["crm"])
+        second = consolidate_note(store, NS, "always validate the email field before the upload!", tags=["email"])
+        assert first.action == "added" and second.action == "merged"
+        merged = store.get(NS, first.entry.id)
+        assert merged is not None and merged.evidence == 2 and merged.tags == ["crm", "email"]
+        assert store.count(NS) == 1
+
+    def test_different_note_is_added(self, store: ExperienceStore) -> None:
+        consolidate_note(store, NS, "Always validate the email field before upload")
+        other = consolidate_note(store, NS, "The target API accepts at most fifty records per batch")
+        assert other.action == "added" and store.count(NS) == 2
+
+    def test_contradiction_replaces(self, store: ExperienceStore) -> None:
+        old = consolidate_note(store, NS, "The API accepts batches of at most 50 records")
+        new = consolidate_note(store, NS, "The API accepts batches of at most 100 records")
+        assert new.action == "replaced" and new.replaced == [old.entry.id]
+        assert store.get(NS, old.entry.id) is None
+        assert new.entry.supersedes == [old.entry.id]
+
+    def test_supersedes_replaces_named_entry(self, store: ExperienceStore) -> None:
+        old = consolidate_note(store, NS, "Retry immediately on 429")
+        new = consolidate_note(store, NS, "Wait for retry-after on rate limits", supersedes=old.entry.id)
+        assert new.action == "replaced" and store.get(NS, old.entry.id) is None
+        with pytest.raises(MetaActionError):
+            consolidate_note(store, NS, "anything", supersedes="no-such-id")
+        assert store.count(NS) == 1
+
+    def test_supersedes_cannot_cross_namespaces(self, store: ExperienceStore) -> None:
+        theirs = consolidate_note(store, OTHER, "their lesson")
+        with pytest.raises(MetaActionError):
+            consolidate_note(store, NS, "my lesson", supersedes=theirs.entry.id)
+        assert store.get(OTHER, theirs.entry.id) is not None
+
+    def test_recall_prefers_useful_and_hides_decayed(self, store: ExperienceStore) -> None:
+        good = consolidate_note(store, NS, "Upload customer records in small batches").entry
+        bad = consolidate_note(store, NS, "Upload customer records all at once quickly").entry
+        for _ in range(3):
+            credit(store, NS, [bad.id], success=False)
+        credit(store, NS, [good.id], success=True)
+        ids = [h.entry.id for h in recall(store, NS, "upload customer records", k=5)]
+        assert ids == [good.id]
+        decayed = store.get(NS, bad.id)
+        assert decayed is not None and decayed.losses == 3 and decayed.uses == 3
+
+    def test_cap_keeps_the_best(self, store: ExperienceStore) -> None:
+        policy = ConsolidationPolicy(max_entries=10)
+        winner = consolidate_note(store, NS, "winner lesson alpha", policy=policy).entry
+        credit(store, NS, [winner.id], success=True)
+        for i in range(15):
+            consolidate_note(store, NS, f"filler lesson {i} about topic{i} zz{i}", policy=policy)
+        assert store.count(NS) <= 10
+        assert store.get(NS, winner.id) is not None
+        assert store.count(OTHER) == 0

@@ -1,0 +1,93 @@
+"""Text handling shared by the stores, consolidation and the dashboard.
+
+Term extraction (for BM25 and near-duplicate detection), the default token counter, and the
+sanitising of untrusted text before it is shown to a model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+__all__ = [
+    "TokenCounter",
+    "approx_tokens",
+    "terms",
+    "numbers",
+    "has_negation",
+    "jaccard",
+    "inline",
+]
+
+TokenCounter = Callable[[str], int]
+"""Counts the tokens of a text; any tokenizer's `len(encode(text))` fits."""
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+_WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
+_NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]+")
+_SPECIAL_TOKEN_RE = re.compile(r"<\|[^|>]{0,40}\|>|<\||\|>")
+
+_STOPWORDS = frozenset(
+    "a an and are as at be been but by do does for from has have if in into is it its of on or so "
+    "than that the their then there these this those to was were will with when which while".split()
+)
+_NEGATIONS = frozenset("not no never cannot cant dont doesnt didnt wont isnt arent without".split())
+_SUFFIXES = ("ations", "ation", "ingly", "ings", "ing", "edly", "ies", "ied", "es", "ed", "ly", "s")
+
+
+def approx_tokens(text: str) -> int:
+    """Fast token estimate: words, numbers and punctuation marks each count as one token.
+
+    It tracks BPE tokenizers within about 20% on English prose and JSON, and it is additive
+    over lines, which the dashboard relies on to stay within budget while it is being built.
+    """
+    return len(_TOKEN_RE.findall(text))
+
+
+def _stem(word: str) -> str:
+    for suffix in _SUFFIXES:
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased, lightly stemmed content words of `text`, stop words dropped, in order."""
+    return [_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def numbers(text: str) -> frozenset[str]:
+    """The numbers written in `text` (a changed number marks a contradiction, not a duplicate)."""
+    return frozenset(_NUMBER_RE.findall(text))
+
+
+def has_negation(text: str) -> bool:
+    """Whether `text` contains a negation word (``not``, ``never``, ``don't`` …)."""
+    words = {w.replace("'", "") for w in re.findall(r"[a-z']+", text.lower())}
+    return not _NEGATIONS.isdisjoint(words)
+
+
+def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
+    """Jaccard similarity of two term collections (0.0 when both are empty)."""
+    sa, sb = set(a), set(b)
+    if not sa and not sb:
+        return 0.0
+    return len(sa & sb) / len(sa | sb)
+
+
+def inline(text: str, limit: int, *, forbidden: str = "") -> str:
+    """Make untrusted text safe to show on one line of a structured prompt.
+
+    Control characters and newlines become spaces, chat-template special tokens such as
+    ``<|im_start|>`` are defused, every character of `forbidden` (the caller's delimiters) is
+    removed, and the result is cut to `limit` characters with an ellipsis.
+    """
+    text = _CONTROL_RE.sub(" ", text)
+    text = _SPECIAL_TOKEN_RE.sub(lambda m: m.group(0).replace("|", "¦"), text)
+    if forbidden:
+        text = text.translate({ord(ch): None for ch in forbidden})
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: max(limit - 1, 0)].rstrip() + "…"
+    return text

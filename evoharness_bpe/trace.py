@@ -1,0 +1,154 @@
+"""Episode traces: one JSON object per line, written crash-safely, read back tolerantly.
+
+A trace is what training needs from an episode, whichever framework ran it: the task, the
+messages in OpenAI chat format (assistant ``tool_calls``, ``tool`` results), the tools offered,
+every meta-action with its cost, the dashboards the model was shown, and the outcome.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .exceptions import UserError
+from .ledger import ActionCost, LedgerSummary
+
+__all__ = [
+    "TRACE_SCHEMA_VERSION",
+    "MetaActionEvent",
+    "DashboardSnapshot",
+    "Outcome",
+    "Trace",
+    "TraceWriter",
+    "read_traces",
+    "TornTraceWarning",
+]
+
+TRACE_SCHEMA_VERSION = 1
+
+
+class TornTraceWarning(UserWarning):
+    """A line of a trace file could not be read (usually the last one, cut by a crash)."""
+
+
+class MetaActionEvent(BaseModel):
+    """One meta-action call as the model made it and as the workspace answered."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    step: int = Field(description="Workspace step before the call.")
+    name: str
+    arguments: str = Field(description="The arguments as the model wrote them (JSON text).")
+    ok: bool
+    content: str = Field(description="What the model was told.")
+    cost: ActionCost
+    tool_call_id: str | None = None
+
+
+class DashboardSnapshot(BaseModel):
+    """A dashboard as rendered for the model."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    step: int
+    text: str
+    tokens: int
+
+
+class Outcome(BaseModel):
+    """How the episode ended."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    success: bool | None = None
+    score: float | None = Field(default=None, description="Partial score in [0, 1], if any.")
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class Trace(BaseModel):
+    """One episode, framework-neutral (LangGraph and LlamaIndex traces are interchangeable)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    schema_version: Literal[1] = TRACE_SCHEMA_VERSION
+    episode_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    created: float = Field(default_factory=time.time)
+    task: str = ""
+    framework: str = Field(default="core", description="core, langgraph, llamaindex, …")
+    harness: str = Field(default="bpe", description="none, append or bpe.")
+    env: str | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI chat messages.")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI tool specs offered.")
+    meta_actions: list[MetaActionEvent] = Field(default_factory=list)
+    dashboards: list[DashboardSnapshot] = Field(default_factory=list)
+    outcome: Outcome = Field(default_factory=Outcome)
+    ledger: LedgerSummary | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TraceWriter:
+    """Appends traces to a JSONL file, one episode a line, flushed and fsynced per episode.
+
+    Several threads and processes may write to one file: each line goes out in one locked
+    write, so lines never interleave. Use it as a context manager or call `close()`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+
+    def write(self, trace: Trace) -> None:
+        line = (trace.model_dump_json() + "\n").encode("utf-8")
+        with self._lock:
+            if self._fd < 0:
+                raise UserError("this TraceWriter is closed")
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                view = memoryview(line)
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+                os.fsync(self._fd)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_traces(path: str | os.PathLike[str]) -> Iterator[Trace]:
+    """Yield the traces of a JSONL file in order.
+
+    A line that is not a complete trace — the torn last line of a crashed writer — is skipped
+    with a `TornTraceWarning`, never an exception.
+    """
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield Trace.model_validate_json(raw)
+            except (ValidationError, ValueError) as exc:
+                reason = "torn or invalid JSON" if not raw.endswith(b"\n") else f"invalid trace ({exc.__class__.__name__})"
+                warnings.warn(f"{path}:{number}: skipped a line: {reason}", TornTraceWarning, stacklevel=2)
+

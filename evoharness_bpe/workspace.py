@@ -1,0 +1,370 @@
+"""`Workspace`: one episode's Belief/Progress/Experience, its meta-actions and its dashboard."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .actions import CommitArgs, NoteArgs, RecallArgs, ToolSpec, TrackArgs, parse_arguments, tool_specs
+from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render_dashboard
+from .exceptions import MetaActionError, UserError
+from .experience import ConsolidationPolicy, consolidate_note, credit, recall
+from .ledger import ActionCost, CostLedger, LedgerSummary
+from .state import BPEState, Experience, Fact, OpenException, Progress, Subgoal, subgoal_id
+from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
+from .stores.memory import MemoryExperienceStore
+from .text import TokenCounter, approx_tokens, inline
+from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
+
+__all__ = ["Workspace", "ActionResult", "EpisodeSummary"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OBSERVED_CHARS = 300
+_INJECT_MODES = ("full", "summary", "off")
+
+
+class ActionResult(BaseModel):
+    """What a meta-action call returns: whether it applied, what to tell the model, its cost."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    ok: bool
+    content: str
+    cost: ActionCost = Field(default_factory=ActionCost)
+
+
+class EpisodeSummary(BaseModel):
+    """What `Workspace.finish` did."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    success: bool
+    credited: int = Field(description="Recalled entries credited with a win or a loss.")
+    ledger: LedgerSummary
+
+
+class Workspace:
+    """One episode of an agent's Belief, Progress and Experience.
+
+    >>> ws = Workspace("Migrate 40 customer records", subgoals=["batch 1", "batch 2"])
+    >>> ws.act("track", {"key": "api.rate_limit", "value": "5 requests/s"}).ok
+    True
+    >>> ws.act("commit", '{"subgoal": "batch 1", "status": "done"}').content
+    'batch-1: todo → done (1 done, 1 open)'
+    >>> ws.act("commit", {"subgoal": "batch 1", "status": "nope"}).ok  # the model reads why
+    False
+    """
+
+    def __init__(
+        self,
+        goal: str,
+        subgoals: Sequence[str] | None = None,
+        store: ExperienceStore | None = None,
+        namespace: Sequence[str] = ("default",),
+        dashboard_tokens: int = 600,
+        inject: InjectMode = "full",
+        *,
+        token_counter: TokenCounter = approx_tokens,
+        policy: ConsolidationPolicy | None = None,
+        max_beliefs: int = 5_000,
+        state: BPEState | None = None,
+    ) -> None:
+        if not isinstance(goal, str) or not goal.strip():
+            raise UserError("goal must be a non-empty string describing what the episode is for")
+        if dashboard_tokens < MIN_DASHBOARD_TOKENS:
+            raise UserError(f"dashboard_tokens must be at least {MIN_DASHBOARD_TOKENS}")
+        if inject not in _INJECT_MODES:
+            raise UserError(f"inject must be one of {', '.join(_INJECT_MODES)}, not {inject!r}")
+        self.namespace = validate_namespace(namespace)
+        self.store: ExperienceStore = store if store is not None else MemoryExperienceStore()
+        self.dashboard_tokens = dashboard_tokens
+        self.inject: InjectMode = inject
+        self.count_tokens = token_counter
+        self.policy = policy or ConsolidationPolicy()
+        self.max_beliefs = max_beliefs
+        self.ledger = CostLedger()
+        self.events: list[MetaActionEvent] = []
+        self.snapshots: list[DashboardSnapshot] = []
+        self._hint_cache: tuple[str, int, list[ExperienceEntry]] | None = None
+        self._notes_written = 0
+        self._finished: EpisodeSummary | None = None
+        if state is not None:
+            self.state = state.model_copy(deep=True)
+        else:
+            progress = Progress(goal=goal.strip())
+            for title in subgoals or ():
+                sid = subgoal_id(title)
+                if not sid or sid in progress.subgoals:
+                    raise UserError(f"subgoal titles must be distinct and contain letters or digits: {title!r}")
+                progress.subgoals[sid] = Subgoal(id=sid, title=title.strip())
+            self.state = BPEState(progress=progress, experience=Experience(namespace=self.namespace))
+        self._handlers: dict[str, Callable[[Any], str]] = {
+            "track": self._track,
+            "commit": self._commit,
+            "recall": self._recall,
+            "note": self._note,
+        }
+
+    # -- construction from saved state ------------------------------------------------------
+    @classmethod
+    def from_state(cls, state: BPEState | dict[str, Any] | str, **kwargs: Any) -> Workspace:
+        """Rebuild a workspace from a saved `BPEState` (model, dict or JSON)."""
+        if isinstance(state, str):
+            state = BPEState.model_validate_json(state)
+        elif isinstance(state, dict):
+            state = BPEState.model_validate(state)
+        kwargs.setdefault("namespace", state.experience.namespace)
+        return cls(state.progress.goal, state=state, **kwargs)
+
+    # -- tools -------------------------------------------------------------------------------
+    @property
+    def tools(self) -> list[ToolSpec]:
+        """The four meta-actions as tool specs (name, description, JSON-schema parameters)."""
+        return tool_specs()
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """The four meta-actions in the OpenAI function-calling format."""
+        return [spec.openai() for spec in tool_specs()]
+
+    # -- meta-actions ------------------------------------------------------------------------
+    def act(self, name: str, args: Any = None, *, tool_call_id: str | None = None) -> ActionResult:
+        """Apply meta-action `name` with `args` (a dict or a JSON string, as models emit them).
+
+        Never raises for bad model input: `ok=False` and a message saying what to fix, with the
+        state unchanged. Every call, valid or not, is recorded in the ledger and the events.
+        """
+        started = time.perf_counter()
+        step = self.state.step
+        try:
+            parsed = parse_arguments(name, args)
+            content = self._handlers[name](parsed)
+            ok = True
+            self.state.step += 1
+        except MetaActionError as exc:
+            ok = False
+            content = f"Error: {exc}"
+        raw = args if isinstance(args, str) else _dump(args)  # the trace keeps JSON text, as models emit it
+        cost = ActionCost(
+            tokens_in=self.count_tokens(raw),
+            tokens_out=self.count_tokens(content),
+            wall_ms=(time.perf_counter() - started) * 1000,
+        )
+        label = name if isinstance(name, str) and name in self._handlers else "unknown"
+        self.ledger.record_action(label, cost, ok)
+        self.events.append(
+            MetaActionEvent(step=step, name=str(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id)
+        )
+        return ActionResult(ok=ok, content=content, cost=cost)
+
+    def _track(self, args: TrackArgs) -> str:
+        belief = self.state.belief
+        if args.value is None:
+            old = belief.retract(args.key)
+            return f"retracted {args.key} (was {old.value!r})"
+        if args.key not in belief.facts and len(belief.facts) >= self.max_beliefs:
+            raise MetaActionError(
+                f"Belief is full ({self.max_beliefs} facts); retract facts that no longer matter first",
+                field="key",
+            )
+        old = belief.upsert(
+            Fact(key=args.key, value=args.value, source=args.source, step=self.state.step, confidence=args.confidence)
+        )
+        if old is None:
+            return f"tracked {args.key} = {args.value!r}"
+        return f"updated {args.key}: {old.value!r} → {args.value!r}"
+
+    def _commit(self, args: CommitArgs) -> str:
+        sub, previous = self.state.progress.commit(args.subgoal, args.status, args.note, self.state.step)
+        counts = self.state.progress.counts()
+        open_count = counts["todo"] + counts["doing"]
+        if previous == args.status:
+            return f"{sub.id} is already {args.status}; nothing changed ({open_count} open)"
+        return f"{sub.id}: {previous} → {args.status} ({counts['done']} done, {open_count} open)"
+
+    def _recall(self, args: RecallArgs) -> str:
+        hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.policy)
+        if not hits:
+            return f"no experience matches {args.query!r}"
+        recalled = self.state.experience.recalled
+        for hit in hits:
+            if hit.entry.id not in recalled:
+                recalled.append(hit.entry.id)
+        lines = [
+            f"[{h.entry.id}] {h.entry.kind}: {inline(h.entry.text, 500)} "
+            f"(seen {h.entry.evidence}x, wins {h.entry.wins}, losses {h.entry.losses})"
+            for h in hits
+        ]
+        return f"{len(hits)} entries for {args.query!r}:\n" + "\n".join(lines)
+
+    def _note(self, args: NoteArgs) -> str:
+        outcome = consolidate_note(
+            self.store,
+            self.namespace,
+            args.text,
+            tags=args.tags,
+            kind=args.kind,
+            supersedes=args.supersedes,
+            policy=self.policy,
+        )
+        self._notes_written += 1
+        noted = self.state.experience.noted
+        if outcome.entry.id not in noted:
+            noted.append(outcome.entry.id)
+        if outcome.action == "merged":
+            return f"merged into existing entry {outcome.entry.id} (seen {outcome.entry.evidence}x)"
+        if outcome.action == "replaced":
+            return f"noted as {outcome.entry.id}, replacing {', '.join(outcome.replaced)}"
+        return f"noted as {outcome.entry.id}"
+
+    # -- dashboard ---------------------------------------------------------------------------
+    def hints(self) -> list[ExperienceEntry]:
+        """At most two experience entries for the active subgoal and the goal; cached."""
+        active = self.state.progress.active()
+        goal = self.state.progress.goal
+        query = f"{active.title} {goal}" if active else goal
+        cached = self._hint_cache
+        if cached is not None and cached[0] == query and cached[1] == self._notes_written:
+            return cached[2]
+        entries = [h.entry for h in recall(self.store, self.namespace, query, k=2, policy=self.policy)]
+        self._hint_cache = (query, self._notes_written, entries)
+        return entries
+
+    def dashboard(self, *, record: bool = True) -> str:
+        """The state-injection text for the next model call, within `dashboard_tokens`.
+
+        Each render is counted in the ledger and kept as a snapshot for the trace, unless
+        `record` is False. Returns "" when `inject` is "off".
+        """
+        if self.inject == "off":
+            return ""
+        started = time.perf_counter()
+        text = render_dashboard(
+            self.state,
+            ledger=self.ledger.summary(),
+            hints=self.hints() if self.inject == "full" else (),
+            budget=self.dashboard_tokens,
+            mode=self.inject,
+            count_tokens=self.count_tokens,
+        )
+        if record:
+            tokens = self.count_tokens(text)
+            self.ledger.record_dashboard(tokens, (time.perf_counter() - started) * 1000)
+            self.snapshots.append(DashboardSnapshot(step=self.state.step, text=text, tokens=tokens))
+        return text
+
+    # -- environment adapter ------------------------------------------------------------------
+    def observe(self, tool: str, args: Any = None, result: Any = None, error: BaseException | str | None = None) -> None:
+        """Record an ordinary tool's outcome: its last result in Belief, an error as an exception.
+
+        A later success of the same tool resolves the exception its error opened.
+        """
+        step = self.state.step
+        key = f"tool:{tool}"
+        progress = self.state.progress
+        if error is not None:
+            message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+            value = inline(message, _OBSERVED_CHARS)
+            progress.exceptions[key] = OpenException(id=key, message=value, source=tool, step=step)
+            self.state.belief.upsert(Fact(key=f"{key}:error", value=value, source=tool, step=step))
+        else:
+            value = inline(result if isinstance(result, str) else _dump(result), _OBSERVED_CHARS)
+            self.state.belief.upsert(Fact(key=f"{key}:last", value=value, source=tool, step=step))
+            if progress.exceptions.pop(key, None) is not None:
+                self.state.belief.facts.pop(f"{key}:error", None)
+        self.state.step += 1
+
+    def wrap(self, fn: F, *, name: str | None = None) -> F:
+        """Wrap a tool callable (sync or async) so its results and errors are observed.
+
+        The wrapped callable behaves exactly like `fn`: same result, same exception.
+        """
+        tool = name or getattr(fn, "__name__", "tool")
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def awrapper(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    result = await fn(*args, **kwargs)
+                except Exception as exc:
+                    self.observe(tool, _call_args(args, kwargs), error=exc)
+                    raise
+                self.observe(tool, _call_args(args, kwargs), result=result)
+                return result
+
+            return awrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self.observe(tool, _call_args(args, kwargs), error=exc)
+                raise
+            self.observe(tool, _call_args(args, kwargs), result=result)
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    # -- episode end -------------------------------------------------------------------------
+    def finish(self, success: bool) -> EpisodeSummary:
+        """End the episode: credit (or debit) the lessons recalled during it. Idempotent."""
+        if self._finished is None:
+            found = credit(self.store, self.namespace, self.state.experience.recalled, success)
+            self._finished = EpisodeSummary(success=success, credited=found, ledger=self.ledger.summary())
+        return self._finished
+
+    async def afinish(self, success: bool) -> EpisodeSummary:
+        """`finish` in a worker thread, so a store's I/O does not block the event loop."""
+        import asyncio  # deferred: asyncio costs import time that sync users never need
+
+        return await asyncio.to_thread(self.finish, success)
+
+    def trace(
+        self,
+        *,
+        task: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        outcome: Outcome | None = None,
+        framework: str = "core",
+        harness: str = "bpe",
+        env: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Trace:
+        """The episode so far as a `Trace` (meta-action events, dashboards, ledger included)."""
+        if outcome is None:
+            outcome = Outcome(success=self._finished.success if self._finished else None)
+        return Trace(
+            task=task if task is not None else self.state.progress.goal,
+            framework=framework,
+            harness=harness,
+            env=env,
+            messages=list(messages or []),
+            tools=list(tools if tools is not None else self.openai_tools()),
+            meta_actions=list(self.events),
+            dashboards=list(self.snapshots),
+            outcome=outcome,
+            ledger=self.ledger.summary(),
+            metadata=dict(metadata or {}),
+        )
+
+
+def _dump(value: Any) -> str:
+    if value is None:
+        return ""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"args": list(args), **kwargs} if args else dict(kwargs)
