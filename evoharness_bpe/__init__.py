@@ -18,7 +18,7 @@ from .stores import (
     ScoredEntry,
     SQLiteExperienceStore,
 )
-from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace, TraceWriter, read_traces
+from .trace import DashboardSnapshot, MetaActionEvent, ModelCall, Outcome, Trace, TraceWriter, read_traces
 from .workspace import ActionResult, EpisodeSummary, Workspace
 
 __version__ = "0.1.0"
@@ -53,6 +53,7 @@ __all__ = [
     "MetaActionEvent",
     "DashboardSnapshot",
     "Outcome",
+    "ModelCall",
     "EvoHarnessError",
     "UserError",
     "MetaActionError",

@@ -27,6 +27,7 @@ __all__ = [
     "MetaActionEvent",
     "DashboardSnapshot",
     "Outcome",
+    "ModelCall",
     "Trace",
     "TraceWriter",
     "read_traces",
@@ -64,6 +65,19 @@ class DashboardSnapshot(BaseModel):
     tokens: int
 
 
+class ModelCall(BaseModel):
+    """One model call: exactly the prompt the model received and the message it answered with.
+
+    This is what supervised fine-tuning trains on (one row per model call).
+    """
+
+    model_config = ConfigDict(defer_build=True)
+
+    messages: list[dict[str, Any]] = Field(description="The prompt as sent, system message included.")
+    response: dict[str, Any] = Field(description="The assistant message the model returned.")
+    prompt_tokens: int = Field(default=0, description="Tokens of the prompt (the workspace counter).")
+
+
 class Outcome(BaseModel):
     """How the episode ended."""
 
@@ -87,6 +101,7 @@ class Trace(BaseModel):
     harness: str = Field(default="bpe", description="none, append or bpe.")
     env: str | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI chat messages.")
+    model_calls: list[ModelCall] = Field(default_factory=list, description="Each prompt and reply.")
     tools: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI tool specs offered.")
     meta_actions: list[MetaActionEvent] = Field(default_factory=list)
     dashboards: list[DashboardSnapshot] = Field(default_factory=list)
