@@ -28,3 +28,9 @@ def postgres_dsn() -> str:
 def postgres_table() -> str:
     """A fresh table name per test, so tests never see each other's rows."""
     return "exp_" + uuid.uuid4().hex[:12]
+
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# `pytest --hypothesis-profile=fuzz tests/test_fuzz.py` runs the long fuzzing campaign.
+settings.register_profile("fuzz", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
