@@ -71,3 +71,27 @@ def write_notes(spec: tuple[str, ...], namespace: tuple[str, ...], worker: int, 
     finally:
         store.close()
     return {"worker": worker, "latencies": latencies}
+
+
+def agent_session(spec: tuple[str, ...], namespace: tuple[str, ...], worker: int, steps: int) -> dict[str, list[float]]:
+    """A scripted agent's meta-action mix; returns the latencies (seconds) of each action type."""
+    from ..workspace import Workspace
+
+    store = open_store(spec)
+    ws = Workspace(f"agent {worker}", subgoals=[f"batch {i}" for i in range(10)], store=store, namespace=namespace)
+    latencies: dict[str, list[float]] = {"track": [], "commit": [], "note": [], "recall": []}
+    try:
+        for i in range(steps):
+            calls = [
+                ("track", {"key": f"page.{i % 7}", "value": str(i)}),
+                ("commit", {"subgoal": f"batch {i % 10}", "status": ("doing", "todo")[i % 2]}),
+                ("recall", {"query": _SHARED[i % len(_SHARED)]}),
+                ("note", {"text": unique_lesson(worker, i) if i % 3 else shared_lesson(i % SHARED_LESSONS)}),
+            ]
+            for name, args in calls:
+                started = time.perf_counter()
+                ws.act(name, args)
+                latencies[name].append(time.perf_counter() - started)
+    finally:
+        store.close()
+    return latencies
