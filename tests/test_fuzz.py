@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from evoharness_bpe import MemoryExperienceStore, Workspace
@@ -44,7 +44,6 @@ def check_call(ws: Workspace, name, args) -> None:
     assert ws.count_tokens(text) <= ws.dashboard_tokens
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(calls=st.lists(st.tuples(names, arguments), min_size=1, max_size=8))
 def test_core_meta_actions_survive_junk(calls) -> None:
     ws = Workspace("fuzz", subgoals=["a"], store=MemoryExperienceStore(), dashboard_tokens=300)
