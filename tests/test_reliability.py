@@ -100,6 +100,7 @@ def test_kill_9_mid_episode_loses_no_completed_episode(tmp_path) -> None:
         store = SQLiteExperienceStore(db)
         assert store.integrity_check() == "ok"
         store.close()
+    print(f"crash safety: 3 kill -9, {recovered} episodes reported written, {len(episodes)} readable")
 
 
 NAMESPACES = [("tenant-%d" % t, agent) for t in range(4) for agent in ("support", "billing")]
@@ -153,6 +154,7 @@ def test_randomized_tenant_isolation(backend, tmp_path, request) -> None:
                         attempts += 1
             assert all(marker[ns] in e.text for e in store.list(ns, limit=1000))
         assert attempts > 100
+        print(f"isolation[{backend}]: {attempts} cross-tenant attempts, 0 leaks")
     finally:
         if backend == "postgres":
             store._conn().execute(f"DROP TABLE {spec[2]}")
