@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..exceptions import StoreError, UserError
-from ..text import terms
+from ..text import query_terms, terms
 from .base import (
     ExperienceEntry,
     ExperienceStore,
@@ -33,7 +33,6 @@ from .base import (
 
 __all__ = ["PostgresExperienceStore"]
 
-_MAX_QUERY_TERMS = 32
 _LOCK_KEY = 0x45564F48  # "EVOH": the advisory lock that serialises consolidation
 
 
@@ -163,11 +162,11 @@ class PostgresExperienceStore(ExperienceStore):
 
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         key = namespace_key(validate_namespace(namespace))
-        query_terms = list(dict.fromkeys(terms(query)))[:_MAX_QUERY_TERMS]
-        if not query_terms:
+        wanted = query_terms(query)
+        if not wanted:
             return []
         # Terms are letters and digits only, so joining them with | is a safe tsquery.
-        tsquery = " | ".join(query_terms)
+        tsquery = " | ".join(wanted)
         rows = self._execute(
             f"SELECT body, ts_rank(tsv, q) AS score FROM {self.table}, to_tsquery('simple', %s) AS q "
             "WHERE ns = %s AND tsv @@ q ORDER BY score DESC, id LIMIT %s",

@@ -12,7 +12,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from ..exceptions import StoreError
-from ..text import terms
+from ..text import query_terms, terms
 from .base import (
     ExperienceEntry,
     ExperienceStore,
@@ -50,7 +50,6 @@ CREATE TRIGGER IF NOT EXISTS entries_au AFTER UPDATE ON entries BEGIN
 END;
 """
 
-_MAX_QUERY_TERMS = 32
 _COMMON_FRACTION = 0.01  # a term in more than 1% of a namespace's entries (and > _COMMON_FLOOR) is common
 _COMMON_FLOOR = 500
 _DF_TTL_S = 300.0
@@ -217,11 +216,11 @@ class SQLiteExperienceStore(ExperienceStore):
 
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         key = namespace_key(validate_namespace(namespace))
-        query_terms = list(dict.fromkeys(terms(query)))[:_MAX_QUERY_TERMS]
-        if not query_terms:
+        wanted = query_terms(query)
+        if not wanted:
             return []
         prefix = _ns_prefix(key)
-        indexed = [prefix + t for t in query_terms]
+        indexed = [prefix + t for t in wanted]
         with self._reading() as conn:
             rare, freq, total, avg_len = self._split_common(conn, key, indexed)
             if len(rare) == len(indexed):
