@@ -230,6 +230,8 @@ class SQLiteExperienceStore(ExperienceStore):
                 _SEARCH_SQL.format(columns="e.terms, e.body"), (_match(rare), max(8 * k, _CANDIDATES), key)
             ).fetchall()
         # Candidates come from the rare terms alone; rank them by BM25 over every query term.
+        # Cached counts may be stale by different amounts: keep N at least every term's frequency.
+        total = max(total, *freq.values())
         idf = {t: max(math.log((total - freq[t] + 0.5) / (freq[t] + 0.5)), 1e-6) for t in indexed}
         scored = []
         for indexed_terms, body in rows:
