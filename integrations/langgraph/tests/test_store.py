@@ -1,0 +1,56 @@
+"""`LangGraphExperienceStore` passes the core conformance suite on InMemoryStore and SqliteStore."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.stores.base import ExperienceEntry
+from evoharness_bpe.testing.conformance import ExperienceStoreConformance
+from evoharness_bpe_langgraph.store import LangGraphExperienceStore, decode_label, encode_label
+from langgraph.store.memory import InMemoryStore
+from langgraph.store.sqlite import SqliteStore
+
+
+class TestOnInMemoryStore(ExperienceStoreConformance):
+    @pytest.fixture
+    def store(self):
+        yield LangGraphExperienceStore(InMemoryStore())
+
+
+class TestOnSqliteStore(ExperienceStoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path):
+        conn = sqlite3.connect(tmp_path / "store.db", check_same_thread=False, isolation_level=None)
+        base = SqliteStore(conn)
+        base.setup()
+        yield LangGraphExperienceStore(base)
+        conn.close()
+
+
+def test_labels_round_trip_dots_and_percents() -> None:
+    for seg in ["a.b", "50%", "%2E", "x..y%", "plain"]:
+        assert "." not in encode_label(seg)
+        assert decode_label(encode_label(seg)) == seg
+
+
+def test_dotted_namespaces_stay_apart() -> None:
+    store = LangGraphExperienceStore(InMemoryStore())
+    dotted = store.add(("user.one", "crm"), ExperienceEntry(text="dotted tenant lesson"))
+    store.add(("user%2Eone", "crm"), ExperienceEntry(text="percent tenant lesson"))
+    assert [h.entry.id for h in store.search(("user.one", "crm"), "tenant lesson")] == [dotted.id]
+
+
+def test_entries_sit_next_to_application_data() -> None:
+    base = InMemoryStore()
+    base.put(("evoharness", "acme", "crm", "entries", "deeper"), "x", {"text": "not an entry"})
+    store = LangGraphExperienceStore(base)
+    entry = store.add(("acme", "crm"), ExperienceEntry(text="real entry"))
+    assert [e.id for e in store.list(("acme", "crm"))] == [entry.id]
+    assert store.count(("acme", "crm")) == 1
+
+
+def test_rejects_a_non_store() -> None:
+    with pytest.raises(UserError):
+        LangGraphExperienceStore({})  # type: ignore[arg-type]
