@@ -9,7 +9,9 @@ value through the core `Workspace`, so parallel meta-actions and observations al
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Any
+
+from typing_extensions import Annotated, NotRequired, TypedDict
 
 from evoharness_bpe import Workspace
 from evoharness_bpe.stores.memory import MemoryExperienceStore
