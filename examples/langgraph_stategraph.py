@@ -17,7 +17,7 @@ from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 PRICES = {"flight": 420, "hotel": 310}

@@ -23,7 +23,7 @@ from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
 from .adapter import EpisodeLog, NamespaceSpec, WorkspaceAdapter
-from .channel import BPE_KEY, RUN_KEY, bpe_reducer
+from .channel import BPE_KEY, bpe_reducer
 from .observe import aobserve_tool_call, observe_tool_call
 from .tools import meta_action_tools
 

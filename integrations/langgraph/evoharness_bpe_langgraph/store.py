@@ -174,7 +174,7 @@ def _bm25(entries: list[ExperienceEntry], query_terms: set[str], k: int) -> list
     avg_len = (sum(lengths) / len(docs)) or 1.0
     df = {t: sum(1 for d in docs if t in d) for t in query_terms}
     scored = []
-    for entry, doc, length in zip(entries, docs, lengths):
+    for entry, doc, length in zip(entries, docs, lengths, strict=False):
         score = 0.0
         for term in query_terms:
             tf = doc.get(term, 0)
