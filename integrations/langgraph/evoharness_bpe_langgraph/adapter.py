@@ -134,24 +134,32 @@ class WorkspaceAdapter:
             return self._logs.pop(run or "default", None)
 
     # -- state <-> workspace -----------------------------------------------------------------
-    def new_state(self, messages: Sequence[Any], runtime: Any) -> dict[str, Any]:
+    def _new_workspace(self, messages: Sequence[Any], runtime: Any) -> Workspace:
         goal = self.goal or goal_from_messages(messages) or "Answer the user's request"
-        ws = Workspace(
+        return Workspace(
             goal,
             subgoals=self.subgoals,
             namespace=self.namespace_for(runtime),
             dashboard_tokens=self.dashboard_tokens,
             inject=self.inject,  # type: ignore[arg-type]
-            store=MemoryExperienceStore(),
+            store=self.store_for(runtime),
             **self.workspace_options,
         )
-        return ws.state.model_dump(mode="json")
+
+    def new_state(self, messages: Sequence[Any], runtime: Any) -> dict[str, Any]:
+        """A fresh serialised `BPEState` for a thread that has none."""
+        return self._new_workspace(messages, runtime).state.model_dump(mode="json")
 
     def start(self, state: dict[str, Any], runtime: Any) -> dict[str, Any]:
         """The update that opens a run: a fresh state if the thread has none, a new run id."""
-        update: dict[str, Any] = {RUN_KEY: uuid.uuid4().hex}
+        run = uuid.uuid4().hex
+        update: dict[str, Any] = {RUN_KEY: run}
         if not state.get(BPE_KEY):
-            update[BPE_KEY] = self.new_state(state.get("messages", ()), runtime)
+            ws = self._new_workspace(state.get("messages", ()), runtime)
+            log = self.log(run)
+            ws.ledger, ws.events, ws.snapshots = log.ledger, log.events, log.snapshots
+            value = update[BPE_KEY] = ws.state.model_dump(mode="json")
+            log.live = (value, ws)  # the first model call reuses it instead of rebuilding
         return update
 
     def workspace(self, state: dict[str, Any], runtime: Any) -> tuple[Workspace, EpisodeLog, dict[str, Any]]:
