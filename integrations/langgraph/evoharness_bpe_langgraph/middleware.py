@@ -16,16 +16,16 @@ from typing import Any
 
 from evoharness_bpe import ExperienceStore
 from evoharness_bpe.exceptions import UserError
-from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse, hook_config
 from langchain.agents.middleware.types import OmitFromInput
-from langchain_core.messages import SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
 from .adapter import EpisodeLog, NamespaceSpec, WorkspaceAdapter
 from .channel import BPE_KEY, bpe_reducer
 from .observe import aobserve_tool_call, observe_tool_call
-from .tools import meta_action_tools
+from .tools import META_ACTION_NAMES, meta_action_tools
 
 __all__ = ["BPEMiddleware", "BPEAgentState", "SuccessJudge"]
 
@@ -104,6 +104,28 @@ class BPEMiddleware(AgentMiddleware):
 
     def after_agent(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
         return self.adapter.finish(state, runtime, bool(self.success(state)))
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        """Answer meta-action calls whose arguments did not parse, so the model can retry.
+
+        Without this, a reply whose only tool calls are unparseable would end the run.
+        """
+        messages = state.get("messages") or []
+        last = messages[-1] if messages else None
+        if not isinstance(last, AIMessage) or not last.invalid_tool_calls:
+            return None
+        answers = []
+        for call in last.invalid_tool_calls:
+            name = call.get("name")
+            if name not in META_ACTION_NAMES:
+                continue
+            call_id = call.get("id") or ""
+            _, content, _ = self.adapter.act(state, runtime, name, call.get("args") or "", call_id)
+            answers.append(ToolMessage(content, tool_call_id=call_id, name=name, status="error"))
+        if not answers:
+            return None
+        return {"messages": answers} if last.tool_calls else {"messages": answers, "jump_to": "model"}
 
     def episode(self, run: str) -> EpisodeLog:
         """The log (meta-action events, dashboards, ledger, summary) of run `run`."""

@@ -62,7 +62,12 @@ def env_tools(env: Env, counters: _Counters | None = None) -> list[BaseTool]:
 
 
 class _EpisodeGuard(AgentMiddleware):
-    """Ends the run once the environment is done; counts malformed and unknown tool calls."""
+    """Ends the run once the environment is done; counts malformed and unknown tool calls.
+
+    Unparseable calls are counted as the model returns them (a later ``after_model`` hook that
+    jumps back to the model would skip this one's) and answered here unless `BPEMiddleware`
+    already answered them.
+    """
 
     def __init__(self, counters: _Counters, known: set[str]) -> None:
         super().__init__()
@@ -77,10 +82,12 @@ class _EpisodeGuard(AgentMiddleware):
     def after_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
         # A reply whose only tool calls are unparseable would end the run; answer each with an
         # error the model can read and let it try again, as the core loop does.
-        last = state["messages"][-1] if state.get("messages") else None
-        if not isinstance(last, AIMessage) or not last.invalid_tool_calls:
+        messages = state.get("messages") or []
+        turn = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+        if turn is None or not messages[turn].invalid_tool_calls:
             return None
-        self.counters.invalid += len(last.invalid_tool_calls)
+        last = messages[turn]
+        answered = {m.tool_call_id for m in messages[turn + 1 :] if isinstance(m, ToolMessage)}  # by BPEMiddleware
         errors = [
             ToolMessage(
                 f"Error: could not parse the arguments of {call.get('name')!r}: {call.get('error') or 'invalid JSON'}. "
@@ -90,8 +97,23 @@ class _EpisodeGuard(AgentMiddleware):
                 status="error",
             )
             for call in last.invalid_tool_calls
+            if call.get("id") not in answered
         ]
-        return {"messages": errors} if last.tool_calls else {"messages": errors, "jump_to": "model"}
+        if last.tool_calls:
+            return {"messages": errors} if errors else None
+        return {"messages": errors, "jump_to": "model"}
+
+    def _count_replies(self, response: Any) -> Any:
+        for message in getattr(response, "result", None) or [response]:
+            if isinstance(message, AIMessage):
+                self.counters.invalid += len(message.invalid_tool_calls)
+        return response
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._count_replies(handler(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._count_replies(await handler(request))
 
     def _count(self, request: Any, result: Any) -> Any:
         if request.tool is None or (

@@ -218,3 +218,17 @@ def test_bad_options_fail_early() -> None:
         BPEMiddleware(namespace=("a/b",))
     with pytest.raises(UserError):
         BPEMiddleware(store=object())
+
+
+def test_unparseable_meta_action_is_answered_and_the_run_continues(lookup_tool) -> None:
+    broken = AIMessage("", invalid_tool_calls=[{"name": "track", "args": '{"key": "a", "value"', "id": "bad1", "error": "bad json", "type": "invalid_tool_call"}])
+    model = ScriptedChatModel(responses=[ai_tool_call("track", {"key": "k", "value": "v"}), broken, "recovered"])
+    mw = BPEMiddleware()
+    agent = create_agent(model, [lookup_tool], middleware=[mw])
+    states = list(agent.stream({"messages": [HumanMessage("go")]}, stream_mode="values"))
+    out = states[-1]
+    error = next(m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "bad1")
+    assert error.status == "error" and "JSON" in error.text
+    assert out["messages"][-1].content == "recovered" and len(model.calls) == 3
+    assert list(out["bpe"]["belief"]["facts"]) == ["k"]
+    assert mw.episode(out["bpe_run"]).ledger.summary().invalid_calls == 1

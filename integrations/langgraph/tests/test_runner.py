@@ -104,3 +104,11 @@ def test_runner_cuts_at_max_steps() -> None:
 def test_runner_rejects_append() -> None:
     with pytest.raises(UserError, match="append"):
         load_framework("langgraph")(CounterEnv(), _policy(), None, EpisodeConfig(harness="append"))
+
+
+def test_runner_answers_a_broken_meta_action_once() -> None:
+    policy = ScriptedPolicy([tool_call("track", '{"key": "x"'), tool_call("press", {"amount": 2}), tool_call("press", {"amount": 1})])
+    trace = load_framework("langgraph")(CounterEnv(), policy, None, EpisodeConfig(harness="bpe"))
+    answers = [m for m in trace.messages if m.get("role") == "tool" and m.get("tool_call_id") == "call_track"]
+    assert len(answers) == 1 and "JSON" in answers[0]["content"]
+    assert trace.outcome.success is True and trace.outcome.info["invalid_actions"] == 1
