@@ -57,7 +57,11 @@ def real_model():
         from langchain_openai import ChatOpenAI
     except ImportError as exc:  # pragma: no cover - optional
         raise SystemExit("a real model needs: pip install 'evoharness-bpe-langgraph[openai]'") from exc
-    return ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), api_key=os.environ.get("OPENAI_API_KEY", "none"))
+    return ChatOpenAI(
+        model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
+        base_url=os.environ["OPENAI_BASE_URL"],
+        api_key=os.environ.get("OPENAI_API_KEY", "none"),
+    )
 
 
 def main(trace_path: str = "traces/langgraph_create_agent.jsonl") -> int:

@@ -39,7 +39,11 @@ def model_for_this_run():
             from langchain_openai import ChatOpenAI
         except ImportError as exc:  # pragma: no cover - optional
             raise SystemExit("a real model needs: pip install 'evoharness-bpe-langgraph[openai]'") from exc
-        return ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), api_key=os.environ.get("OPENAI_API_KEY", "none"))
+        return ChatOpenAI(
+            model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
+            base_url=os.environ["OPENAI_BASE_URL"],
+            api_key=os.environ.get("OPENAI_API_KEY", "none"),
+        )
     return ScriptedChatModel(
         responses=[
             ai_tool_call("quote", {"item": "flight"}),

@@ -25,15 +25,25 @@ def test_traces_hold_injected_dashboard_calls_and_costs(tmp_path, lookup_tool) -
     path = tmp_path / "traces.jsonl"
     mw = BPEMiddleware(subgoals=["ship order"])
     handler = TraceCallbackHandler(path, middleware=mw, metadata={"suite": "test"})
-    agent = create_agent(ScriptedChatModel(responses=_script()), [lookup_tool], system_prompt="Ship it.", middleware=[mw], checkpointer=InMemorySaver())
+    model = ScriptedChatModel(responses=_script())
+    agent = create_agent(model, [lookup_tool], system_prompt="Ship it.", middleware=[mw], checkpointer=InMemorySaver())
     agent.invoke({"messages": [HumanMessage("Ship order 991")]}, {"configurable": {"thread_id": "A"}, "callbacks": [handler]})
+    model.reset()
     asyncio.run(
         agent.ainvoke({"messages": [HumanMessage("again")]}, {"configurable": {"thread_id": "B"}, "callbacks": [handler]})
     )
+
+    async def stream() -> None:
+        async for _ in agent.astream({"messages": [HumanMessage("stream")]}, {"configurable": {"thread_id": "C"}, "callbacks": [handler]}):
+            pass
+
+    model.reset()
+    asyncio.run(stream())
     handler.writer.close()
 
     traces = list(read_traces(path))
-    assert [t.metadata["thread_id"] for t in traces] == ["A", "B"]
+    assert [t.metadata["thread_id"] for t in traces] == ["A", "B", "C"]
+    assert all(len(t.model_calls) == 4 and len(t.dashboards) == 4 for t in traces[1:])
     trace = traces[0]
     assert trace.framework == "langgraph" and trace.task == "Ship order 991"
     assert len(trace.model_calls) == 4

@@ -83,6 +83,7 @@ def test_runner_plays_an_episode_with_bpe() -> None:
     assert "<bpe-dashboard" in policy.calls[1][0]["content"]
     assert {t["function"]["name"] for t in policy.tools_seen[0]} == {"track", "commit", "recall", "note", "press"}
     assert [e.name for e in trace.meta_actions] == ["commit", "track"]
+    assert {t["function"]["name"] for t in trace.tools} == {"track", "commit", "recall", "note", "press"}
     assert trace.dashboards and trace.ledger is not None
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+import zlib
 
 import pytest
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.stores.base import ExperienceEntry
+from evoharness_bpe.text import terms
 from evoharness_bpe.testing.conformance import ExperienceStoreConformance
 from evoharness_bpe_langgraph.store import LangGraphExperienceStore, decode_label, encode_label
 from langgraph.store.memory import InMemoryStore
@@ -27,6 +29,34 @@ class TestOnSqliteStore(ExperienceStoreConformance):
         base.setup()
         yield LangGraphExperienceStore(base)
         conn.close()
+
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    """A deterministic bag-of-words embedding: each term hashed into one of 64 dimensions."""
+    out = []
+    for text in texts:
+        vec = [0.0] * 64
+        for term in terms(text):
+            vec[zlib.crc32(term.encode()) % 64] += 1.0
+        out.append(vec)
+    return out
+
+
+class TestOnInMemoryStoreWithIndex(ExperienceStoreConformance):
+    """With an embedding index the store's semantic search ranks the entries."""
+
+    @pytest.fixture
+    def store(self):
+        yield LangGraphExperienceStore(InMemoryStore(index={"dims": 64, "embed": _embed, "fields": ["text"]}))
+
+
+def test_semantic_search_uses_the_index() -> None:
+    store = LangGraphExperienceStore(InMemoryStore(index={"dims": 64, "embed": _embed, "fields": ["text"]}))
+    assert store._semantic
+    best = store.add(("a",), ExperienceEntry(text="rate limit reached: wait before retry"))
+    store.add(("a",), ExperienceEntry(text="rate of the currency exchange"))
+    hits = store.search(("a",), "retry after rate limit")
+    assert hits[0].entry.id == best.id and hits[0].score > hits[-1].score
 
 
 def test_labels_round_trip_dots_and_percents() -> None:
