@@ -27,7 +27,7 @@ from .channel import BPE_KEY, bpe_reducer
 from .observe import aobserve_tool_call, observe_tool_call
 from .tools import META_ACTION_NAMES, meta_action_tools
 
-__all__ = ["BPEMiddleware", "BPEAgentState", "SuccessJudge"]
+__all__ = ["BPEMiddleware", "BPEAgentState", "SuccessJudge", "default_success"]
 
 SuccessJudge = Callable[[dict[str, Any]], bool]
 """Decides from the final agent state whether the episode succeeded."""

@@ -174,6 +174,10 @@ def test_inject_off_and_budget(lookup_tool) -> None:
     agent, model, _ = _agent(lookup_tool, inject="off")
     agent.invoke({"messages": [HumanMessage("go")]})
     assert all("<bpe-dashboard" not in call[0].text for call in model.calls)
+    agent, model, _ = _agent(lookup_tool, inject="summary")
+    agent.invoke({"messages": [HumanMessage("go")]})
+    assert "<bpe-dashboard" in model.calls[1][0].text and "NEXT:" in model.calls[1][0].text
+    assert "BELIEFS" not in model.calls[1][0].text and "api.rate_limit" not in model.calls[1][0].text
     agent, model, _ = _agent(lookup_tool, dashboard_tokens=80)
     agent.invoke({"messages": [HumanMessage("go " * 200)]})
     from evoharness_bpe.text import approx_tokens

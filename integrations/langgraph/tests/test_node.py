@@ -64,3 +64,15 @@ def test_node_renders_dashboard_and_tools_update_state(lookup_tool) -> None:
     assert out["bpe_run"] == "trip"
     # checkpointed: the graph state holds the same BPE state
     assert app.get_state(cfg).values["bpe"] == out["bpe"]
+
+
+def test_node_graph_runs_async(lookup_tool) -> None:
+    import asyncio
+
+    model = ScriptedChatModel(responses=[ai_tool_call("track", {"key": "k", "value": "v"}), ai_tool_call("lookup", {"city": "Rome"}), "ok"])
+    node = BPENode()
+    app = _graph(model, lookup_tool, node)
+    out = asyncio.run(app.ainvoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "a"}}))
+    state = BPEState.model_validate(out["bpe"])
+    assert set(state.belief.facts) == {"k", "tool:lookup:last"}
+    assert "«k» = «v»" in model.calls[1][0].text
