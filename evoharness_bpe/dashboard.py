@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from .ledger import LedgerSummary
+from .ledger import LedgerSummary, LedgerTotals
 from .state import BPEState
 from .stores.base import ExperienceEntry
 from .text import TokenCounter, approx_tokens, inline
 
-__all__ = ["InjectMode", "render_dashboard", "MIN_DASHBOARD_TOKENS", "OPEN_TAG", "CLOSE_TAG"]
+__all__ = ["InjectMode", "RenderedDashboard", "render", "render_dashboard", "MIN_DASHBOARD_TOKENS", "OPEN_TAG", "CLOSE_TAG"]
 
 InjectMode = Literal["full", "summary", "off"]
 MIN_DASHBOARD_TOKENS = 80
@@ -35,7 +35,14 @@ def _safe(text: str, limit: int) -> str:
     return "«" + inline(text, limit, forbidden="«»").translate(_ANGLE) + "»"
 
 
-def _cost_line(ledger: LedgerSummary) -> str:
+class RenderedDashboard(NamedTuple):
+    """A rendered dashboard and its size under the counter it was rendered with."""
+
+    text: str
+    tokens: int
+
+
+def _cost_line(ledger: LedgerSummary | LedgerTotals) -> str:
     return (
         f"COST: {ledger.meta_action_calls} meta-actions ({ledger.invalid_calls} invalid), "
         f"{ledger.harness_tokens} harness tokens, {ledger.dashboard_renders} dashboards"
@@ -85,7 +92,7 @@ def _sections(state: BPEState, hints: Sequence[ExperienceEntry], mode: InjectMod
 def render_dashboard(
     state: BPEState,
     *,
-    ledger: LedgerSummary,
+    ledger: LedgerSummary | LedgerTotals,
     hints: Sequence[ExperienceEntry] = (),
     budget: int = 600,
     mode: InjectMode = "full",
@@ -96,8 +103,21 @@ def render_dashboard(
     Lines are added by priority — goal, counts, cost; then next subgoals, exceptions, beliefs
     and hints — as long as they fit.
     """
+    return render(state, ledger=ledger, hints=hints, budget=budget, mode=mode, count_tokens=count_tokens).text
+
+
+def render(
+    state: BPEState,
+    *,
+    ledger: LedgerSummary | LedgerTotals,
+    hints: Sequence[ExperienceEntry] = (),
+    budget: int = 600,
+    mode: InjectMode = "full",
+    count_tokens: TokenCounter = approx_tokens,
+) -> RenderedDashboard:
+    """`render_dashboard`, returning the token count too (so callers need not count again)."""
     if mode == "off":
-        return ""
+        return RenderedDashboard("", 0)
     budget = max(budget, MIN_DASHBOARD_TOKENS)
     counts = state.progress.counts()
     head = f"{OPEN_TAG} step={state.step}>"
@@ -131,10 +151,14 @@ def render_dashboard(
             used += cost
 
     text = "\n".join([head, goal_line, progress_line, *body, *tail])
-    # A counter that is not additive over lines may still overshoot: drop optional lines.
-    while body and count_tokens(text) > budget:
+    if count_tokens is approx_tokens:  # additive over lines: `used` is exact
+        return RenderedDashboard(text, used)
+    # Another counter may not be additive over lines and overshoot: drop optional lines.
+    tokens = count_tokens(text)
+    while body and tokens > budget:
         body.pop()
         if body and body[-1].endswith(":"):
             body.pop()
         text = "\n".join([head, goal_line, progress_line, *body, *tail])
-    return text
+        tokens = count_tokens(text)
+    return RenderedDashboard(text, tokens)

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ActionCost", "ActionTally", "LedgerSummary", "CostLedger"]
+__all__ = ["ActionCost", "ActionTally", "LedgerSummary", "LedgerTotals", "CostLedger"]
+
+
+class LedgerTotals(NamedTuple):
+    """The running totals the dashboard's cost line shows (cheap to read on every render)."""
+
+    meta_action_calls: int
+    invalid_calls: int
+    harness_tokens: int
+    dashboard_renders: int
 
 
 class ActionCost(BaseModel):
@@ -57,6 +68,9 @@ class CostLedger:
 
     def __init__(self) -> None:
         self._tallies: dict[str, ActionTally] = {}
+        self._calls = 0
+        self._invalid = 0
+        self._action_tokens = 0
         self.dashboard_renders = 0
         self.dashboard_tokens = 0
         self.dashboard_ms = 0.0
@@ -67,6 +81,9 @@ class CostLedger:
             tally = self._tallies[name] = ActionTally()
         tally.calls += 1
         tally.invalid += not ok
+        self._calls += 1
+        self._invalid += not ok
+        self._action_tokens += cost.tokens_in + cost.tokens_out
         tally.tokens_in += cost.tokens_in
         tally.tokens_out += cost.tokens_out
         tally.wall_ms += cost.wall_ms
@@ -75,6 +92,11 @@ class CostLedger:
         self.dashboard_renders += 1
         self.dashboard_tokens += tokens
         self.dashboard_ms += wall_ms
+
+    def totals(self) -> LedgerTotals:
+        return LedgerTotals(
+            self._calls, self._invalid, self._action_tokens + self.dashboard_tokens, self.dashboard_renders
+        )
 
     def summary(self) -> LedgerSummary:
         tallies = self._tallies.values()

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .actions import CommitArgs, NoteArgs, RecallArgs, ToolSpec, TrackArgs, parse_arguments, tool_specs
-from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render_dashboard
+from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render
 from .exceptions import MetaActionError, UserError
 from .experience import ConsolidationPolicy, consolidate_note, credit, recall
 from .ledger import ActionCost, CostLedger, LedgerSummary
@@ -245,16 +245,15 @@ class Workspace:
         if self.inject == "off":
             return ""
         started = time.perf_counter()
-        text = render_dashboard(
+        text, tokens = render(
             self.state,
-            ledger=self.ledger.summary(),
+            ledger=self.ledger.totals(),
             hints=self.hints() if self.inject == "full" else (),
             budget=self.dashboard_tokens,
             mode=self.inject,
             count_tokens=self.count_tokens,
         )
         if record:
-            tokens = self.count_tokens(text)
             self.ledger.record_dashboard(tokens, (time.perf_counter() - started) * 1000)
             self.snapshots.append(DashboardSnapshot(step=self.state.step, text=text, tokens=tokens))
         return text

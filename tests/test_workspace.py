@@ -241,3 +241,13 @@ def test_trace_of_workspace(ws: Workspace) -> None:
     assert json.loads(trace.meta_actions[0].arguments) == {"key": "k", "value": "v"}
     assert trace.dashboards[0].text.startswith(OPEN_TAG)
     assert [t["function"]["name"] for t in trace.tools] == ["track", "commit", "recall", "note"]
+
+
+def test_dashboard_token_count_is_exact(ws: Workspace) -> None:
+    ws.act("track", {"key": "api.limit", "value": "5 requests/s, then 429 «retry»"})
+    ws.act("commit", {"subgoal": "batch 1", "status": "failed", "note": "503\nagain"})
+    text = ws.dashboard()
+    assert ws.snapshots[-1].tokens == ws.count_tokens(text)
+    summary = ws.ledger.summary()
+    assert summary.dashboard_tokens == ws.count_tokens(text)
+    assert ws.ledger.totals().harness_tokens == summary.harness_tokens
