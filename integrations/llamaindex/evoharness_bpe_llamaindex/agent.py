@@ -213,7 +213,8 @@ class BPEFunctionAgent(FunctionAgent):
     def workspace(self) -> Workspace:
         """The workspace this agent reads and writes."""
         binding = get_binding(self)
-        assert binding is not None
+        if binding is None:  # during __init__, before with_bpe ran
+            raise AttributeError("workspace")
         return binding.workspace
 
 
@@ -235,5 +236,6 @@ class BPEReActAgent(ReActAgent):
     def workspace(self) -> Workspace:
         """The workspace this agent reads and writes."""
         binding = get_binding(self)
-        assert binding is not None
+        if binding is None:  # during __init__, before with_bpe ran
+            raise AttributeError("workspace")
         return binding.workspace

@@ -191,9 +191,14 @@ class TraceRecorder:
         outcome: Outcome | None = None,
         env: str | None = None,
         harness: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Trace:
-        """The recorded episode; meta-actions, dashboards and ledger come from the workspace."""
+        """The recorded episode; meta-actions, dashboards and ledger come from the workspace.
+
+        `tools` defaults to the OpenAI specs the model was offered (as seen in its calls).
+        """
+        offered = list(tools) if tools is not None else list(self.tools)
         if self.errors:
             warnings.warn(
                 f"{len(self.errors)} model-call event(s) could not be recorded: {self.errors[0]!r}",
@@ -210,7 +215,7 @@ class TraceRecorder:
                 framework="llamaindex",
                 harness=harness or "bpe",
                 env=env,
-                tools=self.tools or None,
+                tools=offered or None,
                 metadata=metadata,
             )
         else:
@@ -220,7 +225,7 @@ class TraceRecorder:
                 harness=harness or "none",
                 env=env,
                 messages=list(self.messages),
-                tools=list(self.tools),
+                tools=offered,
                 outcome=outcome or Outcome(),
                 metadata=dict(metadata or {}),
             )
