@@ -8,6 +8,8 @@ events and the dashboard snapshots of this process.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +43,16 @@ class WorkspaceBinding:
         self.workspace = workspace
         self.state_key = state_key
         self._synced: str | None = None
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+    def _lock(self) -> asyncio.Lock:
+        # Parallel tool calls of one step run as concurrent tasks: load, change and save must not
+        # interleave, or an older state could be written last. One lock per event loop.
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        return lock
 
     async def load(self, ctx: Context | None) -> Workspace:
         """Bring the workspace up to the context's state (and seed a context that has none)."""
@@ -64,38 +76,40 @@ class WorkspaceBinding:
 
     async def act(self, ctx: Context | None, name: str, kwargs: dict[str, Any]) -> ActionResult:
         """Apply a meta-action with the model's raw arguments; the workspace validates them."""
-        ws = await self.load(ctx)
-        args: Any = kwargs.get(RAW_ARGUMENTS) if set(kwargs) == {RAW_ARGUMENTS} else kwargs
-        result = ws.act(name, args)
-        if result.ok:
-            await self.save(ctx)
-        return result
+        async with self._lock():
+            ws = await self.load(ctx)
+            args: Any = kwargs.get(RAW_ARGUMENTS) if set(kwargs) == {RAW_ARGUMENTS} else kwargs
+            result = ws.act(name, args)
+            if result.ok:
+                await self.save(ctx)
+            return result
 
     async def dashboard(self, ctx: Context | None) -> str:
         """The dashboard for the next model call, rendered from the context's state."""
-        ws = await self.load(ctx)
-        return ws.dashboard()
+        async with self._lock():
+            ws = await self.load(ctx)
+            return ws.dashboard()
 
     async def observe(self, ctx: Context | None, results: Iterable[ToolCallResult]) -> None:
         """Feed the agent's own tool results into Belief/Progress; label meta-action events."""
-        ws = await self.load(ctx)
-        changed = False
-        for result in results:
-            output = result.tool_output
-            if result.tool_name in META_ACTIONS:
-                _label_event(ws, output.raw_output, result.tool_id)
-                continue
-            if result.tool_name in UNOBSERVED_TOOLS:
-                continue
-            args = {k: v for k, v in (result.tool_kwargs or {}).items() if k != RAW_ARGUMENTS} or result.tool_kwargs
-            if output.is_error:
-                ws.observe(result.tool_name, args, error=output.content or "error")
-            else:
-                ws.observe(result.tool_name, args, result=output.content)
-            changed = True
-        if changed:
-            await self.save(ctx)
-
+        async with self._lock():
+            ws = await self.load(ctx)
+            changed = False
+            for result in results:
+                output = result.tool_output
+                if result.tool_name in META_ACTIONS:
+                    _label_event(ws, output.raw_output, result.tool_id)
+                    continue
+                if result.tool_name in UNOBSERVED_TOOLS:
+                    continue
+                args = {k: v for k, v in (result.tool_kwargs or {}).items() if k != RAW_ARGUMENTS} or result.tool_kwargs
+                if output.is_error:
+                    ws.observe(result.tool_name, args, error=output.content or "error")
+                else:
+                    ws.observe(result.tool_name, args, result=output.content)
+                changed = True
+            if changed:
+                await self.save(ctx)
 
 def _label_event(ws: Workspace, raw_output: Any, tool_id: str) -> None:
     # The tool cannot see its call id; the result carries the index of the event it appended.

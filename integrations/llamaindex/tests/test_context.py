@@ -114,3 +114,18 @@ def test_context_saved_mid_run_resumes_with_the_same_state() -> None:
     assert ws_b.state.belief.facts["api.rate_limit"].value == "5 requests/s"
     assert ws_b.state.progress.subgoals["batch-1"].status == "done"
     assert ws_b.state.progress.subgoals["batch-2"].status == "done"
+
+
+def test_parallel_meta_actions_of_one_step_all_reach_the_context() -> None:
+    calls = [("track", {"key": f"fact.{i}", "value": str(i)}) for i in range(6)]
+    ws = Workspace(GOAL, subgoals=SUBGOALS)
+    agent = with_bpe(FunctionAgent(tools=[], llm=ScriptedLLM([calls, "ok"])), ws)
+
+    async def go() -> Any:
+        ctx = Context(agent)
+        await agent.run(user_msg="start", ctx=ctx)
+        return json.loads(await ctx.store.get("bpe_state"))
+
+    facts = asyncio.run(go())["belief"]["facts"]
+    assert sorted(facts) == [f"fact.{i}" for i in range(6)]
+    assert sorted(ws.state.belief.facts) == sorted(facts)
