@@ -15,6 +15,7 @@ from .stores import (
     ExperienceEntry,
     ExperienceStore,
     MemoryExperienceStore,
+    PostgresExperienceStore,
     ScoredEntry,
     SQLiteExperienceStore,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ExperienceStore",
     "MemoryExperienceStore",
     "SQLiteExperienceStore",
+    "PostgresExperienceStore",
     "ScoredEntry",
     "ConsolidationPolicy",
     "NoteOutcome",

@@ -13,6 +13,7 @@ __all__ = [
     "TokenCounter",
     "approx_tokens",
     "terms",
+    "query_terms",
     "numbers",
     "has_negation",
     "jaccard",
@@ -55,6 +56,11 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """Lower-cased, lightly stemmed content words of `text`, stop words dropped, in order."""
     return [_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def query_terms(text: str, limit: int = 32) -> list[str]:
+    """The distinct terms of a search query, in order, at most `limit` of them."""
+    return list(dict.fromkeys(terms(text)))[:limit]
 
 
 def numbers(text: str) -> frozenset[str]:

@@ -29,3 +29,14 @@ class TestSQLiteInMemoryStore(ExperienceStoreConformance):
         store = SQLiteExperienceStore(":memory:")
         yield store
         store.close()
+
+
+class TestPostgresStore(ExperienceStoreConformance):
+    @pytest.fixture
+    def store(self, postgres_dsn, postgres_table):
+        from evoharness_bpe.stores.postgres import PostgresExperienceStore
+
+        store = PostgresExperienceStore(postgres_dsn, table=postgres_table)
+        yield store
+        store._conn().execute(f"DROP TABLE {postgres_table}")
+        store.close()

@@ -10,6 +10,7 @@ from .base import (
     validate_namespace,
 )
 from .memory import MemoryExperienceStore
+from .postgres import PostgresExperienceStore
 from .sqlite import SQLiteExperienceStore
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "validate_namespace",
     "MemoryExperienceStore",
     "SQLiteExperienceStore",
+    "PostgresExperienceStore",
 ]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..exceptions import StoreError
-from ..text import terms
+from ..text import query_terms, terms
 from .base import ExperienceEntry, ExperienceStore, Namespace, ScoredEntry, validate_namespace
 
 __all__ = ["MemoryExperienceStore"]
@@ -103,15 +103,15 @@ class MemoryExperienceStore(ExperienceStore):
 
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         ns = validate_namespace(namespace)
-        query_terms = set(terms(query))
+        wanted = query_terms(query)
         with self._lock:
             shelf = self._shelves.get(ns)
-            if shelf is None or not shelf.entries or not query_terms:
+            if shelf is None or not shelf.entries or not wanted:
                 return []
             n_docs = len(shelf.entries)
             avg_len = shelf.total_length / n_docs or 1.0
             scores: dict[str, float] = defaultdict(float)
-            for term in query_terms:
+            for term in wanted:
                 ids = shelf.postings.get(term)
                 if not ids:
                     continue

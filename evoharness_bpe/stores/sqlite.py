@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import math
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from ..exceptions import StoreError
-from ..text import terms
+from ..text import query_terms, terms
 from .base import (
     ExperienceEntry,
     ExperienceStore,
@@ -35,6 +37,7 @@ CREATE INDEX IF NOT EXISTS entries_ns_updated ON entries(ns, updated DESC, id DE
 CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(
     terms, content='entries', content_rowid='rowid', tokenize='unicode61'
 );
+CREATE VIRTUAL TABLE IF NOT EXISTS entries_vocab USING fts5vocab(entries_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS entries_ai AFTER INSERT ON entries BEGIN
     INSERT INTO entries_fts(rowid, terms) VALUES (new.rowid, new.terms);
 END;
@@ -47,7 +50,22 @@ CREATE TRIGGER IF NOT EXISTS entries_au AFTER UPDATE ON entries BEGIN
 END;
 """
 
-_MAX_QUERY_TERMS = 32
+_COMMON_FRACTION = 0.01  # a term in more than 1% of a namespace's entries (and > _COMMON_FLOOR) is common
+_COMMON_FLOOR = 500
+_DF_TTL_S = 300.0
+_CANDIDATES = 100
+_K1, _B = 1.2, 0.75  # FTS5's BM25 constants
+
+_SEARCH_SQL = (
+    "SELECT {columns} FROM ("
+    "  SELECT rowid, bm25(entries_fts) AS s FROM entries_fts WHERE entries_fts MATCH ? ORDER BY s LIMIT ?"
+    ") AS hit JOIN entries e ON e.rowid = hit.rowid WHERE e.ns = ? ORDER BY hit.s, e.id"
+)
+
+
+def _match(indexed_terms: list[str]) -> str:
+    # Terms are letters and digits only, so quoting them is enough to escape FTS5 syntax.
+    return " OR ".join(f'"{t}"' for t in indexed_terms)
 
 
 def _ns_prefix(key: str) -> str:
@@ -82,6 +100,7 @@ class SQLiteExperienceStore(ExperienceStore):
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._shared_memory_lock = threading.RLock()
+        self._df_cache: dict[str, tuple[int, float]] = {}
         if self.path == ":memory:":
             # One in-memory database must be one connection, shared under a lock.
             self._memory_conn: sqlite3.Connection | None = self._open()
@@ -197,21 +216,77 @@ class SQLiteExperienceStore(ExperienceStore):
 
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         key = namespace_key(validate_namespace(namespace))
-        query_terms = list(dict.fromkeys(terms(query)))[:_MAX_QUERY_TERMS]
-        if not query_terms:
+        wanted = query_terms(query)
+        if not wanted:
             return []
-        # Terms are letters and digits only, so quoting them is enough to escape FTS5 syntax.
         prefix = _ns_prefix(key)
-        match = " OR ".join(f'"{prefix}{t}"' for t in query_terms)
+        indexed = [prefix + t for t in wanted]
         with self._reading() as conn:
+            rare, freq, total, avg_len = self._split_common(conn, key, indexed)
+            if len(rare) == len(indexed):
+                rows = conn.execute(_SEARCH_SQL.format(columns="e.body, hit.s"), (_match(indexed), k, key)).fetchall()
+                return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=-s) for b, s in rows]
             rows = conn.execute(
-                "SELECT e.body, hit.s FROM ("
-                "  SELECT rowid, bm25(entries_fts) AS s FROM entries_fts"
-                "  WHERE entries_fts MATCH ? ORDER BY s LIMIT ?"
-                ") AS hit JOIN entries e ON e.rowid = hit.rowid WHERE e.ns = ? ORDER BY hit.s, e.id",
-                (match, k, key),
+                _SEARCH_SQL.format(columns="e.terms, e.body"), (_match(rare), max(8 * k, _CANDIDATES), key)
             ).fetchall()
-        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(body), score=-s) for body, s in rows]
+        # Candidates come from the rare terms alone; rank them by BM25 over every query term.
+        # Cached counts may be stale by different amounts: keep N at least every term's frequency.
+        total = max(total, *freq.values())
+        idf = {t: max(math.log((total - freq[t] + 0.5) / (freq[t] + 0.5)), 1e-6) for t in indexed}
+        scored = []
+        for indexed_terms, body in rows:
+            doc = indexed_terms.split()
+            norm = _K1 * (1 - _B + _B * len(doc) / avg_len)
+            score = 0.0
+            for t in indexed:
+                tf = doc.count(t)
+                if tf:
+                    score += idf[t] * tf * (_K1 + 1) / (tf + norm)
+            scored.append((score, body))
+        scored.sort(key=lambda item: -item[0])
+        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=sc) for sc, b in scored[:k]]
+
+    def _split_common(
+        self, conn: sqlite3.Connection, key: str, indexed: list[str]
+    ) -> tuple[list[str], dict[str, int], int, float]:
+        """The query terms that are not very common in the namespace, and the statistics used.
+
+        FTS5 scores every entry that contains any query term, so a term found in thousands of
+        entries dominates the cost of a search while it adds little to BM25 (its IDF is low).
+        Such terms are left out of the full-text match and only used to re-rank the candidates
+        the rarer terms find. Document frequencies are cached for a few minutes; namespaces
+        with fewer than a few thousand entries are never split.
+        """
+        now = time.monotonic()
+        total = self._cached("#" + key, now, lambda: conn.execute("SELECT count(*) FROM entries WHERE ns = ?", (key,)).fetchone()[0])
+        limit = max(_COMMON_FLOOR, int(total * _COMMON_FRACTION))
+        if len(indexed) < 2 or total <= limit:
+            return indexed, {}, total, 1.0
+        freq = {
+            t: self._cached(t, now, lambda t=t: (conn.execute("SELECT doc FROM entries_vocab WHERE term = ?", (t,)).fetchone() or (0,))[0])
+            for t in indexed
+        }
+        rare = [t for t in indexed if freq[t] <= limit] or sorted(indexed, key=freq.__getitem__)[:2]
+        if len(rare) == len(indexed):
+            return indexed, freq, total, 1.0
+        avg_len = self._cached(
+            "@" + key,
+            now,
+            lambda: conn.execute(
+                "SELECT avg(length(terms) - length(replace(terms, ' ', '')) + 1) FROM entries WHERE ns = ?", (key,)
+            ).fetchone()[0] * 1000,
+        ) / 1000
+        return rare, freq, total, max(avg_len, 1.0)
+
+    def _cached(self, name: str, now: float, compute: Callable[[], float]) -> int:
+        hit = self._df_cache.get(name)
+        if hit is not None and now - hit[1] < _DF_TTL_S:
+            return hit[0]
+        value = int(compute())
+        if len(self._df_cache) > 50_000:
+            self._df_cache.clear()
+        self._df_cache[name] = (value, now)
+        return value
 
     def count(self, namespace: Namespace) -> int:
         key = namespace_key(validate_namespace(namespace))

@@ -1,0 +1,190 @@
+"""An experience store on PostgreSQL: full-text search, transactions, many writers.
+
+For deployments that outgrow one machine: every agent process connects to the same server.
+Search uses PostgreSQL's own full-text index (a GIN index on a ``tsvector``) over the same
+stemmed terms the other backends index, so ranking behaves alike everywhere. `transaction()`
+takes a transaction-level advisory lock, so consolidations from any number of processes and
+machines serialise instead of interleaving.
+
+Needs ``pip install "evoharness-bpe[postgres]"`` (psycopg 3). Why a direct backend rather than
+the core store on LangGraph's ``PostgresStore``: that store has no keyword index (without an
+embedding index it ignores queries, so every recall would scan the namespace in Python) and no
+cross-process transaction; this one has both. LangGraph users can still share experience with
+their ``PostgresStore`` through ``evoharness_bpe_langgraph.LangGraphExperienceStore``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..exceptions import StoreError, UserError
+from ..text import query_terms, terms
+from .base import (
+    ExperienceEntry,
+    ExperienceStore,
+    Namespace,
+    ScoredEntry,
+    namespace_key,
+    validate_namespace,
+)
+
+__all__ = ["PostgresExperienceStore"]
+
+_LOCK_KEY = 0x45564F48  # "EVOH": the advisory lock that serialises consolidation
+
+
+def _schema(table: str) -> str:
+    return f"""
+CREATE TABLE IF NOT EXISTS {table} (
+    id TEXT PRIMARY KEY,
+    ns TEXT NOT NULL,
+    terms TEXT NOT NULL,
+    updated DOUBLE PRECISION NOT NULL,
+    body TEXT NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', terms)) STORED
+);
+CREATE INDEX IF NOT EXISTS {table}_tsv ON {table} USING GIN (tsv);
+CREATE INDEX IF NOT EXISTS {table}_ns_updated ON {table} (ns, updated DESC, id DESC);
+"""
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise UserError(
+            'PostgresExperienceStore needs psycopg 3: pip install "evoharness-bpe[postgres]"'
+        ) from exc
+    return psycopg
+
+
+class PostgresExperienceStore(ExperienceStore):
+    """Experience in a PostgreSQL table, shared by threads, processes and machines.
+
+    >>> store = PostgresExperienceStore("postgresql://user@db-host/agents")  # doctest: +SKIP
+    """
+
+    def __init__(self, dsn: str, *, table: str = "evoharness_experience", connect_timeout: int = 10) -> None:
+        if not table.replace("_", "").isalnum() or not table[0].isalpha():
+            raise UserError(f"table must be a plain SQL identifier, not {table!r}")
+        self._psycopg = _import_psycopg()
+        self.dsn = dsn
+        self.table = table
+        self._connect_timeout = connect_timeout
+        self._local = threading.local()
+        self._connections: list[Any] = []
+        self._connections_lock = threading.Lock()
+        with self._conn().transaction():
+            # Concurrent first connections would race on CREATE ... IF NOT EXISTS.
+            self._conn().execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            self._conn().execute(_schema(table))
+
+    def _conn(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            try:
+                conn = self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=self._connect_timeout)
+            except self._psycopg.Error as exc:
+                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+            self._local.conn = conn
+            self._local.depth = 0
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        conn = self._conn()
+        depth = self._local.depth
+        if depth > 0:
+            self._local.depth = depth + 1
+            try:
+                yield
+            finally:
+                self._local.depth = depth
+            return
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                self._local.depth = 1
+                try:
+                    yield
+                finally:
+                    self._local.depth = 0
+        except self._psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL transaction failed: {exc}") from exc
+
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> Any:
+        try:
+            return self._conn().execute(sql, params)
+        except self._psycopg.errors.UniqueViolation as exc:
+            raise StoreError(f"an entry with this id already exists: {exc}") from exc
+        except self._psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL experience store: {exc}") from exc
+
+    def add(self, namespace: Namespace, entry: ExperienceEntry) -> ExperienceEntry:
+        key = namespace_key(validate_namespace(namespace))
+        self._execute(
+            f"INSERT INTO {self.table} (id, ns, terms, updated, body) VALUES (%s, %s, %s, %s, %s)",
+            (entry.id, key, _indexed_terms(entry), entry.updated, entry.model_dump_json()),
+        )
+        return entry.model_copy(deep=True)
+
+    def get(self, namespace: Namespace, entry_id: str) -> ExperienceEntry | None:
+        key = namespace_key(validate_namespace(namespace))
+        row = self._execute(f"SELECT body FROM {self.table} WHERE id = %s AND ns = %s", (entry_id, key)).fetchone()
+        return ExperienceEntry.model_validate_json(row[0]) if row else None
+
+    def update(self, namespace: Namespace, entry: ExperienceEntry) -> None:
+        key = namespace_key(validate_namespace(namespace))
+        cur = self._execute(
+            f"UPDATE {self.table} SET terms = %s, updated = %s, body = %s WHERE id = %s AND ns = %s",
+            (_indexed_terms(entry), entry.updated, entry.model_dump_json(), entry.id, key),
+        )
+        if cur.rowcount == 0:
+            raise StoreError(f"no entry {entry.id!r} in namespace {namespace!r} to update")
+
+    def delete(self, namespace: Namespace, entry_id: str) -> bool:
+        key = namespace_key(validate_namespace(namespace))
+        cur = self._execute(f"DELETE FROM {self.table} WHERE id = %s AND ns = %s", (entry_id, key))
+        return cur.rowcount > 0
+
+    def list(self, namespace: Namespace, *, limit: int = 100, offset: int = 0) -> list[ExperienceEntry]:
+        key = namespace_key(validate_namespace(namespace))
+        rows = self._execute(
+            f"SELECT body FROM {self.table} WHERE ns = %s ORDER BY updated DESC, id DESC LIMIT %s OFFSET %s",
+            (key, limit, offset),
+        ).fetchall()
+        return [ExperienceEntry.model_validate_json(r[0]) for r in rows]
+
+    def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
+        key = namespace_key(validate_namespace(namespace))
+        wanted = query_terms(query)
+        if not wanted:
+            return []
+        # Terms are letters and digits only, so joining them with | is a safe tsquery.
+        tsquery = " | ".join(wanted)
+        rows = self._execute(
+            f"SELECT body, ts_rank(tsv, q) AS score FROM {self.table}, to_tsquery('simple', %s) AS q "
+            "WHERE ns = %s AND tsv @@ q ORDER BY score DESC, id LIMIT %s",
+            (tsquery, key, k),
+        ).fetchall()
+        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(body), score=float(score)) for body, score in rows]
+
+    def count(self, namespace: Namespace) -> int:
+        key = namespace_key(validate_namespace(namespace))
+        return self._execute(f"SELECT count(*) FROM {self.table} WHERE ns = %s", (key,)).fetchone()[0]
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+
+def _indexed_terms(entry: ExperienceEntry) -> str:
+    return " ".join(terms(entry.text + " " + " ".join(entry.tags)))

@@ -1,0 +1,281 @@
+"""`WorkspaceAdapter`: the core `Workspace` behind LangGraph state, shared by middleware and node.
+
+The graph state holds the serialised `BPEState` (the ``bpe`` channel). For every hook the
+adapter rebuilds a `Workspace` from it (reusing the live one while the state is unchanged),
+lets the core act, observe or render, and hands back a channel update. What is not part of the
+state — meta-action events with their costs, dashboard snapshots, the ledger — goes to an
+in-process `EpisodeLog` per run, which `TraceCallbackHandler` turns into a trace.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from evoharness_bpe import BPEState, EpisodeSummary, ExperienceStore, MemoryExperienceStore, Workspace
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.ledger import CostLedger
+from evoharness_bpe.stores.base import validate_namespace
+from evoharness_bpe.text import inline
+from evoharness_bpe.trace import DashboardSnapshot, MetaActionEvent
+
+from .channel import BPE_KEY, RUN_KEY, Op, delta_update
+
+__all__ = ["WorkspaceAdapter", "EpisodeLog", "NamespaceSpec", "goal_from_messages"]
+
+NamespaceSpec = Sequence[str] | Callable[[Any], Sequence[str]]
+"""A fixed namespace, or a function of the run's `Runtime` (e.g. ``lambda rt: ("users",
+rt.context.user_id)``)."""
+
+_MAX_LOGS = 256
+_GOAL_CHARS = 300
+
+
+@dataclass
+class EpisodeLog:
+    """What one run did beyond the state: meta-actions with costs, dashboards, the ledger."""
+
+    ledger: CostLedger = field(default_factory=CostLedger)
+    events: list[MetaActionEvent] = field(default_factory=list)
+    snapshots: list[DashboardSnapshot] = field(default_factory=list)
+    summary: EpisodeSummary | None = None
+    finishing: Future[EpisodeSummary] | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    live: tuple[dict[str, Any], Workspace] | None = field(default=None, repr=False)
+
+
+def goal_from_messages(messages: Sequence[Any]) -> str | None:
+    """The first user message's text, on one line and shortened, as an episode goal."""
+    for message in messages:
+        if getattr(message, "type", None) == "human":
+            text = inline(message.text, _GOAL_CHARS)
+            if text.strip():
+                return text
+    return None
+
+
+class WorkspaceAdapter:
+    """Builds, acts on and persists a `Workspace` for LangGraph runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        goal: str | None = None,
+        subgoals: Sequence[str] | None = None,
+        store: ExperienceStore | Any | None = None,
+        namespace: NamespaceSpec = ("default",),
+        dashboard_tokens: int = 600,
+        inject: str = "full",
+        finish_in_background: bool = False,
+        **workspace_options: Any,
+    ) -> None:
+        if not callable(namespace):
+            namespace = validate_namespace(namespace)
+        self.goal = goal
+        self.subgoals = list(subgoals or [])
+        self.namespace = namespace
+        self.dashboard_tokens = dashboard_tokens
+        self.inject = inject
+        self.finish_in_background = finish_in_background
+        self.workspace_options = workspace_options
+        self._store = _as_experience_store(store) if store is not None else None
+        self._fallback_store: ExperienceStore | None = None
+        self._wrapped: dict[int, ExperienceStore] = {}
+        self._logs: OrderedDict[str, EpisodeLog] = OrderedDict()
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        # Fail now, not at the first model call, on a bad budget or inject mode.
+        Workspace("check", dashboard_tokens=dashboard_tokens, inject=inject, **workspace_options)  # type: ignore[arg-type]
+
+    # -- resolution --------------------------------------------------------------------------
+    def store_for(self, runtime: Any) -> ExperienceStore:
+        """The explicit store, else the graph's `BaseStore` (wrapped), else one in memory."""
+        if self._store is not None:
+            return self._store
+        base = getattr(runtime, "store", None)
+        with self._lock:
+            if base is not None:
+                wrapped = self._wrapped.get(id(base))
+                if wrapped is None or getattr(wrapped, "store", None) is not base:
+                    wrapped = self._wrapped[id(base)] = _as_experience_store(base)
+                return wrapped
+            if self._fallback_store is None:
+                self._fallback_store = MemoryExperienceStore()
+            return self._fallback_store
+
+    def namespace_for(self, runtime: Any) -> tuple[str, ...]:
+        if callable(self.namespace):
+            try:
+                return validate_namespace(self.namespace(runtime))
+            except UserError:
+                raise
+            except Exception as exc:
+                raise UserError(f"the namespace function failed on this run's context: {exc!r}") from exc
+        return self.namespace  # type: ignore[return-value]
+
+    def log(self, run: str | None) -> EpisodeLog:
+        """The episode log of run `run` (created on first use; the oldest are dropped)."""
+        key = run or "default"
+        with self._lock:
+            log = self._logs.get(key)
+            if log is None:
+                log = self._logs[key] = EpisodeLog()
+                while len(self._logs) > _MAX_LOGS:
+                    self._logs.popitem(last=False)
+            return log
+
+    def pop_log(self, run: str | None) -> EpisodeLog | None:
+        with self._lock:
+            return self._logs.pop(run or "default", None)
+
+    # -- state <-> workspace -----------------------------------------------------------------
+    def _new_workspace(self, messages: Sequence[Any], runtime: Any) -> Workspace:
+        goal = self.goal or goal_from_messages(messages) or "Answer the user's request"
+        return Workspace(
+            goal,
+            subgoals=self.subgoals,
+            namespace=self.namespace_for(runtime),
+            dashboard_tokens=self.dashboard_tokens,
+            inject=self.inject,  # type: ignore[arg-type]
+            store=self.store_for(runtime),
+            **self.workspace_options,
+        )
+
+    def new_state(self, messages: Sequence[Any], runtime: Any) -> dict[str, Any]:
+        """A fresh serialised `BPEState` for a thread that has none."""
+        return self._new_workspace(messages, runtime).state.model_dump(mode="json")
+
+    def start(self, state: dict[str, Any], runtime: Any) -> dict[str, Any]:
+        """The update that opens a run: a fresh state if the thread has none, a new run id."""
+        run = uuid.uuid4().hex
+        update: dict[str, Any] = {RUN_KEY: run}
+        if not state.get(BPE_KEY):
+            ws = self._new_workspace(state.get("messages", ()), runtime)
+            log = self.log(run)
+            ws.ledger, ws.events, ws.snapshots = log.ledger, log.events, log.snapshots
+            value = update[BPE_KEY] = ws.state.model_dump(mode="json")
+            log.live = (value, ws)  # the first model call reuses it instead of rebuilding
+        return update
+
+    def workspace(self, state: dict[str, Any], runtime: Any) -> tuple[Workspace, EpisodeLog, dict[str, Any]]:
+        """The live workspace for `state` (rebuilt only when the state changed), its log, and
+        the channel value it was built from. Call with ``log.lock`` held when acting."""
+        log = self.log(state.get(RUN_KEY))
+        value = state.get(BPE_KEY) or self.new_state(state.get("messages", ()), runtime)
+        live = log.live
+        if live is not None and (live[0] is value or live[0] == value):
+            return live[1], log, value
+        ws = Workspace.from_state(
+            BPEState.model_validate(value),
+            store=self.store_for(runtime),
+            dashboard_tokens=self.dashboard_tokens,
+            inject=self.inject,
+            **self.workspace_options,
+        )
+        ws.ledger, ws.events, ws.snapshots = log.ledger, log.events, log.snapshots
+        log.live = (value, ws)
+        return ws, log, value
+
+    def _commit(self, log: EpisodeLog, ws: Workspace, base_step: int, ops: list[Op]) -> dict[str, Any]:
+        new = ws.state.model_dump(mode="json")
+        log.live = (new, ws)
+        return delta_update(base_step, new, ops)
+
+    # -- operations --------------------------------------------------------------------------
+    def dashboard(self, state: dict[str, Any], runtime: Any) -> str:
+        ws, log, _ = self.workspace(state, runtime)
+        with log.lock:
+            return ws.dashboard()
+
+    def act(
+        self, state: dict[str, Any], runtime: Any, name: str, args: Any, tool_call_id: str | None
+    ) -> tuple[bool, str, dict[str, Any] | None]:
+        """Apply a meta-action; returns (ok, text for the model, channel update or None)."""
+        ws, log, _ = self.workspace(state, runtime)
+        with log.lock:
+            base = ws.state.step
+            experience = ws.state.experience
+            recalled, noted = len(experience.recalled), len(experience.noted)
+            result = ws.act(name, args, tool_call_id=tool_call_id)
+            if not result.ok:
+                return False, result.content, None
+            if name == "recall":
+                ops: list[Op] = [{"op": "recalled", "ids": experience.recalled[recalled:]}]
+            elif name == "note":
+                ops = [{"op": "noted", "ids": experience.noted[noted:]}]
+            else:
+                ops = [{"op": "act", "name": name, "args": args}]
+            return True, result.content, self._commit(log, ws, base, ops)
+
+    def observe(
+        self, state: dict[str, Any], runtime: Any, tool: str, result: Any = None, error: str | None = None
+    ) -> dict[str, Any]:
+        """Record an ordinary tool's result or error; returns the channel update."""
+        ws, log, _ = self.workspace(state, runtime)
+        with log.lock:
+            base = ws.state.step
+            ws.observe(tool, result=result, error=error)
+            fact = ws.state.belief.facts.get(f"tool:{tool}:error" if error is not None else f"tool:{tool}:last")
+            op: Op = {"op": "observe", "tool": tool, "result": None, "error": None}
+            op["error" if error is not None else "result"] = fact.value if fact else ""
+            return self._commit(log, ws, base, [op])
+
+    def finish(self, state: dict[str, Any], runtime: Any, success: bool) -> dict[str, Any] | None:
+        """End the run's episode: credit recalled lessons (now, or in the background).
+
+        Returns the update that clears ``recalled``, so a resumed thread does not credit the
+        same lessons twice.
+        """
+        if not state.get(BPE_KEY):
+            return None
+        ws, log, _ = self.workspace(state, runtime)
+        if log.summary is not None or log.finishing is not None:
+            return None
+        if self.finish_in_background:
+            log.finishing = self._pool().submit(self._finish_now, ws, log, success)
+        else:
+            self._finish_now(ws, log, success)
+        if not ws.state.experience.recalled:
+            return None
+        cleared = ws.state.model_copy(deep=True)
+        cleared.experience.recalled = []
+        return {BPE_KEY: cleared.model_dump(mode="json")}
+
+    @staticmethod
+    def _finish_now(ws: Workspace, log: EpisodeLog, success: bool) -> EpisodeSummary:
+        with log.lock:
+            log.summary = ws.finish(success)
+            return log.summary
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bpe-finish")
+            return self._executor
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every background `finish` is done (re-raising the first error)."""
+        with self._lock:
+            pending = [log.finishing for log in self._logs.values() if log.finishing is not None]
+        done, _ = wait(pending, timeout=timeout)
+        for fut in done:
+            fut.result()
+
+
+def _as_experience_store(store: Any) -> ExperienceStore:
+    if isinstance(store, ExperienceStore):
+        return store
+    from langgraph.store.base import BaseStore
+
+    if isinstance(store, BaseStore):
+        from .store import LangGraphExperienceStore
+
+        return LangGraphExperienceStore(store)
+    raise UserError(
+        f"store must be an evoharness ExperienceStore or a langgraph BaseStore, not {type(store).__name__}"
+    )

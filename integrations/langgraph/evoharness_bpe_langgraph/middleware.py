@@ -1,0 +1,175 @@
+"""`BPEMiddleware`: the BPE workspace for `langchain.agents.create_agent`.
+
+>>> from langchain.agents import create_agent
+>>> agent = create_agent(model, tools, middleware=[BPEMiddleware(namespace=("acme", "crm"))])  # doctest: +SKIP
+
+It adds the four meta-actions as tools, keeps the serialised `BPEState` in the ``bpe`` state
+channel (so a checkpointer persists it and a thread resumes where it stopped), puts the dashboard
+into the system message before every model call, observes the agent's own tools, and finishes
+the episode when the run ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from evoharness_bpe import ExperienceStore
+from evoharness_bpe.exceptions import UserError
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse, hook_config
+from langchain.agents.middleware.types import OmitFromInput
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+from langgraph.types import Command
+from typing_extensions import Annotated, NotRequired
+
+from .adapter import EpisodeLog, NamespaceSpec, WorkspaceAdapter
+from .channel import BPE_KEY, bpe_reducer
+from .observe import aobserve_tool_call, observe_tool_call
+from .tools import META_ACTION_NAMES, meta_action_tools
+
+__all__ = ["BPEMiddleware", "BPEAgentState", "SuccessJudge", "default_success"]
+
+SuccessJudge = Callable[[dict[str, Any]], bool]
+"""Decides from the final agent state whether the episode succeeded."""
+
+
+class BPEAgentState(AgentState):
+    """`AgentState` plus the ``bpe`` channel and the run id of the episode log."""
+
+    bpe: NotRequired[Annotated[dict[str, Any], bpe_reducer]]
+    bpe_run: NotRequired[Annotated[str, OmitFromInput]]
+
+
+def default_success(state: dict[str, Any]) -> bool:
+    """Success unless a subgoal failed, a subgoal is still open, or an exception is open."""
+    progress = (state.get(BPE_KEY) or {}).get("progress") or {}
+    statuses = [s.get("status") for s in (progress.get("subgoals") or {}).values()]
+    if progress.get("exceptions"):
+        return False
+    return all(status == "done" for status in statuses)
+
+
+class BPEMiddleware(AgentMiddleware):
+    """Belief / Progress / Experience for a `create_agent` agent.
+
+    Args:
+        store: an `ExperienceStore`, or any LangGraph `BaseStore` (wrapped in
+            `LangGraphExperienceStore`). Default: the agent's own ``store=``, else in memory.
+        namespace: experience namespace, fixed or a function of the run's `Runtime`
+            (``lambda rt: ("users", rt.context.user_id)``).
+        goal, subgoals: the episode's goal (default: the first user message) and subgoals.
+        dashboard_tokens, inject: the dashboard's token budget and mode (full, summary, off).
+        window: keep only the last `window` messages in the prompt (the dashboard carries the rest).
+        success: judge of the final state for crediting lessons (default `default_success`).
+        finish_in_background: credit and consolidate in a worker thread so the answer is not
+            delayed; `flush()` waits for it.
+    """
+
+    state_schema = BPEAgentState
+
+    def __init__(
+        self,
+        *,
+        store: ExperienceStore | Any | None = None,
+        namespace: NamespaceSpec = ("default",),
+        goal: str | None = None,
+        subgoals: Sequence[str] | None = None,
+        dashboard_tokens: int = 600,
+        inject: str = "full",
+        window: int | None = None,
+        success: SuccessJudge = default_success,
+        finish_in_background: bool = False,
+        **workspace_options: Any,
+    ) -> None:
+        super().__init__()
+        if window is not None and window < 1:
+            raise UserError("window must be a positive number of messages, or None to keep them all")
+        self.adapter = WorkspaceAdapter(
+            goal=goal,
+            subgoals=subgoals,
+            store=store,
+            namespace=namespace,
+            dashboard_tokens=dashboard_tokens,
+            inject=inject,
+            finish_in_background=finish_in_background,
+            **workspace_options,
+        )
+        self.window = window
+        self.success = success
+        self.tools = meta_action_tools(self.adapter)
+
+    # -- run boundaries ----------------------------------------------------------------------
+    def before_agent(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        return self.adapter.start(state, runtime)
+
+    def after_agent(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        return self.adapter.finish(state, runtime, bool(self.success(state)))
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        """Answer meta-action calls whose arguments did not parse, so the model can retry.
+
+        Without this, a reply whose only tool calls are unparseable would end the run.
+        """
+        messages = state.get("messages") or []
+        last = messages[-1] if messages else None
+        if not isinstance(last, AIMessage) or not last.invalid_tool_calls:
+            return None
+        answers = []
+        for call in last.invalid_tool_calls:
+            name = call.get("name")
+            if name not in META_ACTION_NAMES:
+                continue
+            call_id = call.get("id") or ""
+            _, content, _ = self.adapter.act(state, runtime, name, call.get("args") or "", call_id)
+            answers.append(ToolMessage(content, tool_call_id=call_id, name=name, status="error"))
+        if not answers:
+            return None
+        return {"messages": answers} if last.tool_calls else {"messages": answers, "jump_to": "model"}
+
+    def episode(self, run: str) -> EpisodeLog:
+        """The log (meta-action events, dashboards, ledger, summary) of run `run`."""
+        return self.adapter.log(run)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for background episode finishes."""
+        self.adapter.flush(timeout)
+
+    # -- model calls -------------------------------------------------------------------------
+    def _inject(self, request: ModelRequest) -> ModelRequest:
+        text = self.adapter.dashboard(request.state, request.runtime)
+        base = request.system_message.text if request.system_message is not None else ""
+        changes: dict[str, Any] = {}
+        if text:
+            changes["system_message"] = SystemMessage(f"{base}\n\n{text}" if base else text)
+        if self.window is not None and len(request.messages) > self.window:
+            changes["messages"] = _window(request.messages, self.window)
+        return request.override(**changes) if changes else request
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelResponse:
+        return handler(self._inject(request))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelResponse:
+        return await handler(self._inject(request))
+
+    # -- the agent's own tools (environment adapter) -----------------------------------------
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], ToolMessage | Command]) -> ToolMessage | Command:
+        return observe_tool_call(self.adapter, request, handler)
+
+    async def awrap_tool_call(
+        self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command]]
+    ) -> ToolMessage | Command:
+        return await aobserve_tool_call(self.adapter, request, handler)
+
+
+def _window(messages: list[Any], size: int) -> list[Any]:
+    """The last `size` messages, never starting inside a tool exchange, after the first user turn."""
+    first = messages[0]
+    tail = messages[-size:]
+    while tail and tail[0].type == "tool":
+        tail = tail[1:]
+    return tail if tail and tail[0] is first else [first, *tail]
