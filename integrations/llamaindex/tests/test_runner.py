@@ -3,56 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from evoharness_bpe import SQLiteExperienceStore, TraceWriter, read_traces
-from evoharness_bpe.envs.base import EnvOutcome, StepResult
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.frameworks import EpisodeConfig, available_frameworks, load_framework
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 from evoharness_bpe_llamaindex.runner import run_episode
-
-
-class CounterEnv:
-    """Press a button until the counter reads the target; pressing past it fails the episode."""
-
-    name = "counter"
-
-    def __init__(self, difficulty: int = 1) -> None:
-        self.difficulty = difficulty
-        self.count = 0
-        self.target = 3
-
-    def reset(self, seed: int) -> tuple[str, str]:
-        self.count, self.target = 0, 2 + self.difficulty + seed % 2
-        return f"Press the button until the counter reads {self.target}.", "counter = 0"
-
-    def tools(self) -> list[dict[str, Any]]:
-        schema = {
-            "type": "object",
-            "properties": {"times": {"type": "integer", "minimum": 1, "description": "How many presses."}},
-            "required": ["times"],
-            "additionalProperties": False,
-        }
-        return [{"type": "function", "function": {"name": "press", "description": "Press the button.", "parameters": schema}}]
-
-    def step(self, call: dict[str, Any]) -> StepResult:
-        args = call["arguments"]
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                return StepResult(observation="arguments are not JSON", info={"invalid": True})
-        if call["name"] != "press" or not isinstance(args, dict) or not isinstance(args.get("times"), int):
-            return StepResult(observation="usage: press(times: integer)", info={"invalid": True})
-        self.count += args["times"]
-        return StepResult(observation=f"counter = {self.count}", done=self.count >= self.target)
-
-    def outcome(self) -> EnvOutcome:
-        return EnvOutcome(success=self.count == self.target, score=min(1.0, self.count / self.target))
 
 
 def script() -> ScriptedPolicy:
@@ -69,9 +28,9 @@ def script() -> ScriptedPolicy:
 
 
 @pytest.mark.parametrize("harness", ["bpe", "none"])
-def test_episode_runs_to_the_environment_outcome(harness: str, tmp_path: Path) -> None:
+def test_episode_runs_to_the_environment_outcome(harness: str, tmp_path: Path, counter_env: type) -> None:
     policy = script()
-    trace = run_episode(CounterEnv(), policy, None, EpisodeConfig(harness=harness))
+    trace = run_episode(counter_env(), policy, None, EpisodeConfig(harness=harness))
     assert trace.framework == "llamaindex" and trace.harness == harness and trace.env == "counter"
     assert trace.outcome.success is True and trace.outcome.score == 1.0
     assert trace.outcome.info["steps"] == 4
@@ -97,13 +56,13 @@ def test_episode_runs_to_the_environment_outcome(harness: str, tmp_path: Path) -
     assert list(read_traces(path))[0].model_calls == trace.model_calls
 
 
-def test_policy_sees_the_environment_schema_exactly() -> None:
+def test_policy_sees_the_environment_schema_exactly(counter_env: type) -> None:
     policy = ScriptedPolicy([tool_call("press", {"times": 3})])
-    run_episode(CounterEnv(), policy, None, EpisodeConfig(harness="none"))
-    assert policy.tools_seen[0] == CounterEnv().tools()
+    run_episode(counter_env(), policy, None, EpisodeConfig(harness="none"))
+    assert policy.tools_seen[0] == counter_env().tools()
 
 
-def test_registered_entry_point_and_experience_store(tmp_path: Path) -> None:
+def test_registered_entry_point_and_experience_store(tmp_path: Path, counter_env: type) -> None:
     assert "llamaindex" in available_frameworks()
     runner = load_framework("llamaindex")
     store = SQLiteExperienceStore(tmp_path / "exp.db")
@@ -114,7 +73,7 @@ def test_registered_entry_point_and_experience_store(tmp_path: Path) -> None:
                 tool_call("press", {"times": 3}),
             ]
         )
-        trace = runner(CounterEnv(), policy, store, EpisodeConfig(namespace=("bench", "counter")))
+        trace = runner(counter_env(), policy, store, EpisodeConfig(namespace=("bench", "counter")))
         assert trace.outcome.success
         hits = store.search(("bench", "counter"), "overshooting press", k=1)
         assert hits and "overshooting" in hits[0].entry.text
@@ -122,21 +81,21 @@ def test_registered_entry_point_and_experience_store(tmp_path: Path) -> None:
         store.close()
 
 
-def test_max_steps_cuts_the_episode() -> None:
+def test_max_steps_cuts_the_episode(counter_env: type) -> None:
     policy = ScriptedPolicy([tool_call("press", {"times": 1})] * 10)
-    env = CounterEnv(difficulty=20)
+    env = counter_env(difficulty=20)
     trace = run_episode(env, policy, None, EpisodeConfig(harness="bpe", max_steps=3))
     assert len(policy.calls) == 3
     assert trace.outcome.success is False and trace.outcome.info["cut"] is True
 
 
-def test_callable_from_inside_an_event_loop() -> None:
+def test_callable_from_inside_an_event_loop(counter_env: type) -> None:
     async def go() -> Any:
-        return run_episode(CounterEnv(), ScriptedPolicy([tool_call("press", {"times": 3})]), None, EpisodeConfig())
+        return run_episode(counter_env(), ScriptedPolicy([tool_call("press", {"times": 3})]), None, EpisodeConfig())
 
     assert asyncio.run(go()).outcome.success
 
 
-def test_append_harness_is_refused_clearly() -> None:
+def test_append_harness_is_refused_clearly(counter_env: type) -> None:
     with pytest.raises(UserError, match="append"):
-        run_episode(CounterEnv(), ScriptedPolicy([]), None, EpisodeConfig(harness="append"))
+        run_episode(counter_env(), ScriptedPolicy([]), None, EpisodeConfig(harness="append"))
