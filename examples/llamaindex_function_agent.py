@@ -1,0 +1,112 @@
+"""A LlamaIndex FunctionAgent with the BPE harness: meta-actions, dashboard, experience, trace.
+
+    python examples/llamaindex_function_agent.py                      # offline, a scripted model
+    OPENAI_BASE_URL=http://localhost:8000/v1 OPENAI_MODEL=Qwen/Qwen3-8B \
+        python examples/llamaindex_function_agent.py                  # any OpenAI-compatible server
+
+The real-model path needs ``pip install "evoharness-bpe-llamaindex[openai]"``. Run it twice: the
+lesson the agent notes in the first run is shown to it as a hint in the second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from evoharness_bpe import Outcome, SQLiteExperienceStore, TraceWriter, Workspace
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe_llamaindex import TraceRecorder, with_bpe
+from evoharness_bpe_llamaindex.testing import ScriptedLLM
+from llama_index.core.agent.workflow import FunctionAgent
+
+TASK = "Reserve 3 units of SKU-42 for order 1001"
+STOCK = {"SKU-42": 5}
+RESERVED: dict[str, int] = {}
+
+
+async def check_stock(sku: str) -> str:
+    """How many units of a SKU are in stock."""
+    if sku not in STOCK:
+        raise KeyError(f"unknown SKU {sku!r}")
+    return f"{STOCK[sku]} units of {sku} in stock"
+
+
+async def reserve(sku: str, quantity: int, order: str) -> str:
+    """Reserve units of a SKU for an order."""
+    if quantity > STOCK.get(sku, 0):
+        raise ValueError(f"only {STOCK.get(sku, 0)} units of {sku} left")
+    STOCK[sku] -= quantity
+    RESERVED[order] = RESERVED.get(order, 0) + quantity
+    return f"reserved {quantity} x {sku} for order {order}"
+
+
+SCRIPT: list[Any] = [
+    [("recall", {"query": "reserve stock order"}), ("commit", {"subgoal": "check stock", "status": "doing"})],
+    [("check_stock", {"sku": "SKU-42"})],
+    [("track", {"key": "stock.SKU-42", "value": "5 units", "source": "check_stock"}),
+     ("commit", {"subgoal": "check stock", "status": "done"})],
+    [("reserve", {"sku": "SKU-42", "quantity": 3, "order": "1001"})],
+    [("commit", {"subgoal": "reserve units", "status": "done", "note": "3 reserved"}),
+     ("note", {"text": "Check stock before reserving: reserve fails when the quantity exceeds stock",
+               "kind": "procedure", "tags": ["inventory"]})],
+    "Reserved 3 units of SKU-42 for order 1001.",
+]
+
+
+def make_llm() -> Any:
+    """A real model when OPENAI_BASE_URL is set, otherwise the scripted one."""
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    if not base_url:
+        return ScriptedLLM(SCRIPT)
+    try:
+        from llama_index.llms.openai_like import OpenAILike
+    except ImportError as exc:
+        raise UserError('a real model needs: pip install "evoharness-bpe-llamaindex[openai]"') from exc
+    return OpenAILike(
+        model=os.environ.get("OPENAI_MODEL", "default"),
+        api_base=base_url,
+        api_key=os.environ.get("OPENAI_API_KEY", "unused"),
+        is_chat_model=True,
+        is_function_calling_model=True,
+        context_window=32_768,
+    )
+
+
+async def run(out_dir: Path) -> Path:
+    STOCK.update({"SKU-42": 5})
+    RESERVED.clear()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store = SQLiteExperienceStore(out_dir / "experience.db")
+    try:
+        workspace = Workspace(TASK, subgoals=["check stock", "reserve units"], store=store, namespace=("example", "inventory"))
+        agent = with_bpe(
+            FunctionAgent(tools=[check_stock, reserve], llm=make_llm(), system_prompt="You are an inventory assistant."),
+            workspace,
+        )
+        recorder = TraceRecorder(workspace)
+        result = await recorder.run(agent, user_msg=TASK, max_iterations=20)
+        success = RESERVED.get("1001") == 3
+        await workspace.afinish(success)
+        print(f"agent: {result}\n")
+        print(workspace.dashboard(record=False))
+        path = out_dir / "traces.jsonl"
+        with TraceWriter(path) as writer:
+            writer.write(recorder.trace(outcome=Outcome(success=success), env="inventory"))
+        summary = workspace.ledger.summary()
+        print(f"\n{len(recorder.model_calls)} model calls, {summary.meta_action_calls} meta-actions, "
+              f"{summary.harness_tokens} harness tokens. Trace: {path}")
+        return path
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = sys.argv[1:] if argv is None else argv
+    return asyncio.run(run(Path(args[0]) if args else Path("runs/llamaindex-example")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""`TraceRecorder`: a LlamaIndex agent run as a framework-neutral `Trace`.
+
+Two sources, because neither has everything:
+
+- the agent's event stream (`AgentInput`, `AgentOutput`, `ToolCallResult`, `StopEvent`) gives
+  the conversation: user messages, assistant replies with their tool calls, tool results;
+- instrumentation (`LLMChatStartEvent` / `LLMChatEndEvent`) gives each model call exactly as
+  sent — system message, injected dashboard, windowing and all — and the reply.
+
+Both are written in OpenAI chat format, so a LlamaIndex trace and a LangGraph trace of the same
+episode train alike. Meta-action events, dashboards and the ledger come from the workspace.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from evoharness_bpe import ModelCall, Outcome, Trace, Workspace
+from evoharness_bpe.text import TokenCounter, approx_tokens
+from llama_index.core.agent.workflow import AgentInput, AgentOutput, ToolCallResult
+from llama_index.core.bridge.pydantic import ConfigDict
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMChatStartEvent
+from llama_index.core.workflow import StopEvent
+
+from .llm import openai_tool_specs
+from .messages import RAW_ARGUMENTS, to_openai_message, to_openai_messages
+
+__all__ = ["TraceRecorder", "prompt_tokens"]
+
+_active: contextvars.ContextVar[TraceRecorder | None] = contextvars.ContextVar("evoharness_bpe_recorder", default=None)
+
+
+def prompt_tokens(messages: Sequence[dict[str, Any]], count: TokenCounter = approx_tokens) -> int:
+    """Tokens of an OpenAI-format prompt by `count`: contents plus tool-call names and arguments."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        total += count(content) if isinstance(content, str) else 0
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            total += count(f"{fn.get('name', '')} {fn.get('arguments', '')}")
+    return total
+
+
+class _ModelCallEvents(BaseEventHandler):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    recorder: Any = None
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "EvoHarnessTraceRecorder"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        if _active.get() is not self.recorder:
+            return  # another run in this process
+        try:
+            self.recorder._on_model_event(event)
+        except Exception as exc:  # the dispatcher would swallow it; keep it for trace()
+            self.recorder.errors.append(exc)
+
+
+class TraceRecorder:
+    """Records one episode of a LlamaIndex agent (or `AgentWorkflow`) as a `Trace`.
+
+    Runs started inside ``with recorder:`` (or ``async with``) have their model calls recorded;
+    feed the stream events to `on_event`, or let `run` do both:
+
+    >>> recorder = TraceRecorder(workspace)                                   # doctest: +SKIP
+    >>> result = await recorder.run(agent, user_msg="Migrate the records")    # doctest: +SKIP
+    >>> TraceWriter("traces.jsonl").write(recorder.trace(outcome=Outcome(success=True)))  # doctest: +SKIP
+    """
+
+    def __init__(self, workspace: Workspace | None = None, *, count_tokens: TokenCounter | None = None) -> None:
+        self.workspace = workspace
+        self.count_tokens: TokenCounter = count_tokens or (workspace.count_tokens if workspace else approx_tokens)
+        self.messages: list[dict[str, Any]] = []
+        self.model_calls: list[ModelCall] = []
+        self.tools: list[dict[str, Any]] = []
+        self.errors: list[Exception] = []
+        self._pending: dict[str | None, list[list[dict[str, Any]]]] = {}
+        self._new_run = True
+        self._handler = _ModelCallEvents(recorder=self)
+        self._tokens: list[contextvars.Token[TraceRecorder | None]] = []
+
+    # -- capture ------------------------------------------------------------------------------
+    def __enter__(self) -> TraceRecorder:
+        root = get_dispatcher()
+        if self._handler not in root.event_handlers:
+            root.add_event_handler(self._handler)
+        self._tokens.append(_active.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _active.reset(self._tokens.pop())
+        if not self._tokens:
+            root = get_dispatcher()
+            # The dispatcher has no way to remove a handler but editing its list.
+            root.event_handlers[:] = [h for h in root.event_handlers if h is not self._handler]
+
+    async def __aenter__(self) -> TraceRecorder:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__(*exc)
+
+    async def run(self, agent: Any, **run_kwargs: Any) -> Any:
+        """``agent.run(**run_kwargs)`` recorded end to end; returns the run's result."""
+        with self:
+            handler = agent.run(**run_kwargs)
+            async for event in handler.stream_events():
+                self.on_event(event)
+            return await handler
+
+    # -- the event stream ---------------------------------------------------------------------
+    def on_event(self, event: Any) -> None:
+        """Record one event of a run's stream (``handler.stream_events()``)."""
+        if isinstance(event, AgentInput):
+            if self._new_run:
+                self._new_run = False
+                self.messages.extend(self._new_inputs(event.input))
+        elif isinstance(event, AgentOutput):
+            if event.retry_messages:
+                return
+            message = to_openai_message(event.response)
+            if event.tool_calls and "tool_calls" not in message:
+                message["tool_calls"] = [_selection_call(s) for s in event.tool_calls]
+                message["content"] = message.get("content") or None
+            self.messages.append(message)
+        elif isinstance(event, ToolCallResult):
+            self.messages.append(
+                {"role": "tool", "tool_call_id": event.tool_id, "content": event.tool_output.content or ""}
+            )
+        elif isinstance(event, StopEvent):
+            self._new_run = True
+
+    def _new_inputs(self, messages: Sequence[Any]) -> list[dict[str, Any]]:
+        converted = [m for m in to_openai_messages(messages) if m["role"] != "system"]
+        if not self.messages:
+            return converted
+        start = len(converted)
+        while start > 0 and converted[start - 1]["role"] == "user":
+            start -= 1
+        return converted[start:]
+
+    # -- instrumentation ----------------------------------------------------------------------
+    def _on_model_event(self, event: BaseEvent) -> None:
+        # Start and end of one call share the span of the decorated chat method.
+        if isinstance(event, LLMChatStartEvent):
+            prompt = to_openai_messages(event.messages)
+            if any(p == prompt for queue in self._pending.values() for p in queue):
+                return  # a chat method calling another: one model call
+            self._pending.setdefault(event.span_id, []).append(prompt)
+            self._add_tools(event.additional_kwargs.get("tools") or ())
+        elif isinstance(event, LLMChatEndEvent):
+            queue = self._pending.get(event.span_id)
+            if not queue:
+                return
+            prompt = queue.pop(0)
+            if not queue:
+                del self._pending[event.span_id]
+            if event.response is None:
+                return
+            self.model_calls.append(
+                ModelCall(
+                    messages=prompt,
+                    response=to_openai_message(event.response.message),
+                    prompt_tokens=prompt_tokens(prompt, self.count_tokens),
+                )
+            )
+
+    def _add_tools(self, tools: Sequence[Any]) -> None:
+        known = {t.get("function", {}).get("name") for t in self.tools}
+        for spec in openai_tool_specs(tools):
+            name = spec.get("function", {}).get("name")
+            if name not in known:
+                known.add(name)
+                self.tools.append(spec)
+
+    # -- result -------------------------------------------------------------------------------
+    def trace(
+        self,
+        *,
+        task: str | None = None,
+        outcome: Outcome | None = None,
+        env: str | None = None,
+        harness: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Trace:
+        """The recorded episode; meta-actions, dashboards and ledger come from the workspace.
+
+        `tools` defaults to the OpenAI specs the model was offered (as seen in its calls).
+        """
+        offered = list(tools) if tools is not None else list(self.tools)
+        if self.errors:
+            warnings.warn(
+                f"{len(self.errors)} model-call event(s) could not be recorded: {self.errors[0]!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if task is None:
+            task = next((m["content"] for m in self.messages if m["role"] == "user" and m.get("content")), "")
+        if self.workspace is not None:
+            trace = self.workspace.trace(
+                task=task,
+                messages=self.messages,
+                outcome=outcome,
+                framework="llamaindex",
+                harness=harness or "bpe",
+                env=env,
+                tools=offered or None,
+                metadata=metadata,
+            )
+        else:
+            trace = Trace(
+                task=task,
+                framework="llamaindex",
+                harness=harness or "none",
+                env=env,
+                messages=list(self.messages),
+                tools=offered,
+                outcome=outcome or Outcome(),
+                metadata=dict(metadata or {}),
+            )
+        trace.model_calls = list(self.model_calls)
+        return trace
+
+
+def _selection_call(selection: Any) -> dict[str, Any]:
+    kwargs = selection.tool_kwargs
+    if isinstance(kwargs, dict) and set(kwargs) == {RAW_ARGUMENTS}:
+        arguments = str(kwargs[RAW_ARGUMENTS])
+    else:
+        arguments = json.dumps(kwargs, ensure_ascii=False, default=str)
+    return {"id": selection.tool_id, "type": "function", "function": {"name": selection.tool_name, "arguments": arguments}}
+
