@@ -29,8 +29,29 @@ __all__ = ["TraceCallbackHandler", "to_openai", "prompt_tokens"]
 
 
 def to_openai(messages: list[BaseMessage]) -> list[dict[str, Any]]:
-    """LangChain messages in the OpenAI chat format, content as plain strings."""
-    return list(convert_to_openai_messages(list(messages), text_format="string"))
+    """LangChain messages in the OpenAI chat format, content as plain strings.
+
+    Two differences from LangChain's own conversion, so traces match other frameworks': a tool
+    call whose arguments were not valid JSON (an ``invalid_tool_call``) stays in the assistant
+    message with its raw argument text, so the error result that answers it keeps its call;
+    and an assistant message that only calls tools has ``content: None``, as OpenAI writes it.
+    """
+    converted = []
+    for message in messages:
+        out = convert_to_openai_messages(message, text_format="string")
+        invalid = getattr(message, "invalid_tool_calls", None) or []
+        if out.get("role") == "assistant":
+            calls = list(out.get("tool_calls") or [])
+            calls += [
+                {"id": bad.get("id"), "type": "function", "function": {"name": bad.get("name") or "", "arguments": bad.get("args") or ""}}
+                for bad in invalid
+            ]
+            if calls:
+                out["tool_calls"] = calls
+                if not out.get("content"):
+                    out["content"] = None
+        converted.append(out)
+    return converted
 
 
 def prompt_tokens(messages: list[dict[str, Any]]) -> int:

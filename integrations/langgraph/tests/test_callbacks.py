@@ -72,3 +72,16 @@ def test_failed_run_is_recorded_as_failure(tmp_path, lookup_tool) -> None:
     (trace,) = list(read_traces(tmp_path / "t.jsonl"))
     assert trace.outcome.success is False and "no such city" in trace.outcome.info["error"]
     assert trace.dashboards and trace.dashboards[0].text.startswith("<bpe-dashboard")
+
+
+def test_invalid_json_tool_call_keeps_its_call_in_the_trace() -> None:
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    from evoharness_bpe_langgraph.callbacks import to_openai
+
+    broken = AIMessage("", invalid_tool_calls=[{"name": "track", "args": '{"key": ', "id": "c9", "error": "bad json", "type": "invalid_tool_call"}])
+    answer = ToolMessage("Error: arguments are not valid JSON", tool_call_id="c9", status="error")
+    assistant, tool = to_openai([broken, answer])
+    assert assistant["content"] is None
+    assert assistant["tool_calls"] == [{"id": "c9", "type": "function", "function": {"name": "track", "arguments": '{"key": '}}]
+    assert tool["tool_call_id"] == "c9"
