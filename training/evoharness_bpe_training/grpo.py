@@ -134,7 +134,7 @@ class CostAwareGRPOConfig:
             temperature=self.temperature,
             beta=self.beta,
             bf16=self.bf16,
-            gradient_checkpointing=self.gradient_checkpointing,
+            activation_checkpointing=self.gradient_checkpointing,
             logging_steps=self.logging_steps,
             save_steps=self.save_steps,
             seed=self.seed,

@@ -99,7 +99,7 @@ class SFTRecipeConfig:
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             max_length=self.max_length,
             bf16=self.bf16,
-            gradient_checkpointing=self.gradient_checkpointing,
+            activation_checkpointing=self.gradient_checkpointing,
             logging_steps=self.logging_steps,
             save_steps=self.save_steps,
             save_total_limit=2,
