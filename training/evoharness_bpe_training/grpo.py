@@ -117,8 +117,6 @@ class CostAwareGRPOConfig:
 
         vllm: dict[str, Any] = {}
         if self.use_vllm:
-            if importlib.util.find_spec("vllm") is None:
-                raise UserError("use_vllm needs vLLM: `pip install 'evoharness-bpe-training[vllm]'` on a GPU machine")
             vllm = {"use_vllm": True, "vllm_mode": self.vllm_mode}
             if self.vllm_server_base_url:
                 vllm["vllm_server_base_url"] = self.vllm_server_base_url
@@ -204,6 +202,8 @@ def run_grpo(config: CostAwareGRPOConfig, *, env_factory=None, model: Any = None
     from .models import load_model_and_tokenizer
     from .rewards import make_cost_aware_reward
 
+    if config.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise UserError("use_vllm needs vLLM: `pip install 'evoharness-bpe-training[vllm]'` on a GPU machine")
     if env_factory is None:
         if not config.env:
             raise UserError("no environment: set `env` (a registered name or `package.module:Factory`) or pass env_factory=")

@@ -130,3 +130,13 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def locker_env_cls():
     return LockerEnv
+
+
+@pytest.fixture(scope="session")
+def sft_traces() -> list[Trace]:
+    """Expert traces for training: two framework-recorded episodes and two core episodes."""
+    from evoharness_bpe_training.episodes import run_bpe_episode
+
+    traces = [_framework_trace("langgraph", 0), _framework_trace("llamaindex", 1)]
+    traces += [run_bpe_episode(LockerEnv(1), ScriptedPolicy(expert_script(1)), seed=s) for s in range(2)]
+    return traces
