@@ -66,3 +66,20 @@ def test_run_grpo_rolls_out_in_the_environment_and_logs_harness_use(sft_run, tin
     harness = result.metrics["harness"]
     assert [s["step"] for s in harness["by_step"]] == [1, 2]
     assert (tmp_path / "harness_annealing.png").exists() and (result.adapter_dir / "adapter_config.json").exists()
+
+
+def test_loss_is_on_the_assistant_reply_only(sft_traces, tiny_dir, tmp_path) -> None:
+    from trl import SFTTrainer
+
+    from evoharness_bpe_training.models import load_model_and_tokenizer
+
+    dataset = traces_to_sft_dataset(sft_traces, eval_fraction=0.0)["train"].select([1])
+    config = get_preset("tiny").sft_config(output_dir=str(tmp_path))
+    model, tokenizer = load_model_and_tokenizer("tiny", cache_dir=tiny_dir)
+    trainer = SFTTrainer(model=model, args=config.sft_config(), train_dataset=dataset.select_columns(["prompt", "completion", "tools"]),
+                         processing_class=tokenizer, peft_config=config.lora_config())
+    row = trainer.train_dataset[0]
+    trained = tokenizer.decode([label for label in row["labels"] if label != -100])
+    call = dataset[0]["completion"][0]["tool_calls"][0]["function"]
+    assert "<tool_call>" in trained and trained.rstrip().endswith("<|im_end|>") and call["name"] in trained and call["arguments"] in trained
+    assert "</bpe-dashboard>" not in trained and "# Tools" not in trained
