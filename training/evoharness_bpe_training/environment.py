@@ -124,8 +124,11 @@ def harness_environment(
 
     def reset(self: Any, seed: int = 0, difficulty: int | None = None, **_: Any) -> str:
         level = difficulty if difficulty is not None else default_difficulty
-        if level is not None and hasattr(self.env, "difficulty"):
-            self.env.difficulty = int(level)
+        if level is not None and int(level) != getattr(self.env, "difficulty", None):
+            try:  # a fresh env at that difficulty: difficulty may shape more than one attribute
+                self.env = env_factory(difficulty=int(level))
+            except TypeError:
+                self.env.difficulty = int(level)
         self.seed = int(seed)
         task, observation = self.env.reset(self.seed)
         self.ws = Workspace(task, dashboard_tokens=dashboard_tokens)
