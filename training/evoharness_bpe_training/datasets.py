@@ -76,7 +76,7 @@ def _calls_of(trace: Trace) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]
 
 def trace_rows(trace: Trace) -> list[dict[str, Any]]:
     """The SFT rows of one trace (no filtering)."""
-    tools = json.dumps(trace.tools, ensure_ascii=False, sort_keys=True)
+    tools = json.dumps(trace.tools, ensure_ascii=False)  # key order kept: it is rendered into the prompt
     rows = []
     for prompt, response in _calls_of(trace):
         if not prompt:

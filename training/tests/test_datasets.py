@@ -92,3 +92,9 @@ def test_export_command(framework_traces, tmp_path, capsys) -> None:
     assert (tmp_path / "out" / "train.jsonl").exists() and (tmp_path / "out" / "eval.jsonl").exists()
     assert "train: " in capsys.readouterr().out
     assert main(["export", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "x")]) == 1
+
+
+def test_tools_keep_the_order_the_model_saw(workspace_trace) -> None:
+    row = traces_to_sft_dataset([workspace_trace], eval_fraction=0.0)["train"][0]
+    assert json.loads(row["tools"]) == workspace_trace.tools
+    assert row["tools"] == json.dumps(workspace_trace.tools, ensure_ascii=False)
