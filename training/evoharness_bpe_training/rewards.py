@@ -1,0 +1,154 @@
+"""The cost-aware reward: task success minus what consulting the harness cost.
+
+    reward = success − λ·(meta-action calls) − μ·(harness tokens) − ν·(invalid actions)
+
+Harness tokens are those the meta-actions and the dashboards added to the context. With
+``charge_on_success_only`` a failed rollout is not charged for its harness use (it already
+scores 0), so the policy is never pushed to fail cheaply instead of trying.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evoharness_bpe import META_ACTIONS
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.text import approx_tokens
+
+__all__ = ["CostWeights", "RolloutCost", "cost_aware_score", "rollout_cost_from_messages", "cost_aware_reward", "make_cost_aware_reward"]
+
+
+@dataclass(frozen=True)
+class CostWeights:
+    """The prices of harness use in reward units."""
+
+    lam: float = 0.02
+    """Price of one meta-action call."""
+    mu: float = 0.0005
+    """Price of one token the meta-actions and dashboards added."""
+    invalid_penalty: float = 0.1
+    """Price of one invalid action (refused meta-action or malformed tool call)."""
+    charge_on_success_only: bool = False
+    """Charge λ and μ only on successful rollouts."""
+
+    def __post_init__(self) -> None:
+        for name in ("lam", "mu", "invalid_penalty"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be non-negative, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class RolloutCost:
+    """What one rollout achieved and what its harness use cost."""
+
+    success: float
+    meta_calls: int = 0
+    harness_tokens: int = 0
+    invalid: int = 0
+    by_action: dict[str, int] | None = None
+
+
+def cost_aware_score(cost: RolloutCost, weights: CostWeights = CostWeights()) -> float:
+    """The reward of one rollout.
+
+    >>> w = CostWeights(lam=0.1, mu=0.0)
+    >>> cost_aware_score(RolloutCost(1.0, meta_calls=2), w) > cost_aware_score(RolloutCost(1.0, meta_calls=6), w)
+    True
+    """
+    charge = weights.lam * cost.meta_calls + weights.mu * cost.harness_tokens
+    if weights.charge_on_success_only and cost.success <= 0:
+        charge = 0.0
+    return float(cost.success) - charge - weights.invalid_penalty * cost.invalid
+
+
+def rollout_cost_from_messages(completion: Sequence[dict[str, Any]], success: float) -> RolloutCost:
+    """Count harness use in a completion's messages (assistant tool calls and their results).
+
+    Used when no environment instance is at hand: meta-action calls are assistant tool calls
+    named track/commit/recall/note, their tokens are the arguments plus the tool results that
+    answered them, and a result starting with ``Error`` counts as invalid.
+    """
+    by_action = {name: 0 for name in META_ACTIONS}
+    tokens = invalid = 0
+    pending: list[str] = []
+    for message in completion:
+        role = message.get("role")
+        if role == "assistant":
+            pending = []
+            for call in message.get("tool_calls") or []:
+                fn = call.get("function", call)
+                name = fn.get("name")
+                pending.append(name)
+                if name in by_action:
+                    by_action[name] += 1
+                    args = fn.get("arguments")
+                    tokens += approx_tokens(args if isinstance(args, str) else json.dumps(args or {}))
+        elif role == "tool":
+            name = message.get("name") or (pending.pop(0) if pending else None)
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            if name in by_action:
+                tokens += approx_tokens(text)
+            if text.startswith("Error") or text.startswith("{'error'") or text.startswith('{"error"'):
+                invalid += 1
+    return RolloutCost(success=success, meta_calls=sum(by_action.values()), harness_tokens=tokens, invalid=invalid, by_action=by_action)
+
+
+def cost_aware_reward(
+    completions: Sequence[Sequence[dict[str, Any]]],
+    *,
+    environments: Sequence[Any] | None = None,
+    success: Sequence[float | bool] | None = None,
+    weights: CostWeights = CostWeights(),
+    log_metric: Callable[[str, float], None] | None = None,
+    **kwargs: Any,
+) -> list[float]:
+    """TRL reward function: one cost-aware reward per completion.
+
+    With `environments` (TRL's `environment_factory` rollouts) each instance's ``rollout_cost``
+    property gives success and costs measured by the workspace's ledger; otherwise `success`
+    (a dataset column) and the completion messages are used.
+
+    >>> done = [{"role": "assistant", "tool_calls": [{"function": {"name": "commit", "arguments": "{}"}}]},
+    ...         {"role": "tool", "name": "commit", "content": "batch-1: todo → done"}]
+    >>> few, many = cost_aware_reward([done, done * 4], success=[1, 1])
+    >>> few > many
+    True
+    """
+    if environments is not None:
+        costs = [env.rollout_cost for env in environments]
+    elif success is not None:
+        if len(success) != len(completions):
+            raise UserError(f"success has {len(success)} values for {len(completions)} completions")
+        costs = [rollout_cost_from_messages(c, float(s)) for c, s in zip(completions, success, strict=True)]
+    else:
+        raise UserError("cost_aware_reward needs environments (environment_factory) or a `success` dataset column")
+    rewards = [cost_aware_score(c, weights) for c in costs]
+    if log_metric is not None and costs:
+        n = len(costs)
+        log_metric("harness/meta_calls", sum(c.meta_calls for c in costs) / n)
+        log_metric("harness/tokens", sum(c.harness_tokens for c in costs) / n)
+        log_metric("harness/invalid", sum(c.invalid for c in costs) / n)
+        log_metric("harness/success", sum(c.success for c in costs) / n)
+        for action in META_ACTIONS:
+            log_metric(f"harness/{action}", sum((c.by_action or {}).get(action, 0) for c in costs) / n)
+    return rewards
+
+
+def make_cost_aware_reward(weights: CostWeights, *, on_rollouts: Callable[[list[Any], Any], None] | None = None) -> Callable[..., list[float]]:
+    """`cost_aware_reward` bound to `weights`, named so TRL logs it as ``cost_aware_reward``.
+
+    `on_rollouts(environments, trainer_state)` is called with every scored batch (for episode logs).
+    """
+
+    def reward(completions, **kwargs):  # noqa: ANN001, ANN202 - TRL's calling convention
+        kwargs.pop("weights", None)
+        if on_rollouts is not None and kwargs.get("environments") is not None:
+            on_rollouts(list(kwargs["environments"]), kwargs.get("trainer_state"))
+        return cost_aware_reward(completions, weights=weights, **kwargs)
+
+    reward.__name__ = "cost_aware_reward"
+    return reward

@@ -1,0 +1,119 @@
+"""A tiny random Qwen3-style model with a real tokenizer and Qwen3's chat template, built offline.
+
+It is for tests and smoke runs: a few hundred KB, built in seconds, with a byte-level BPE
+tokenizer trained by `tokenizers` on the project's own prompt and tool texts, and TRL's Qwen3
+chat template used verbatim, so tool calls render and parse exactly as with a real Qwen3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["TINY_SPECIAL_TOKENS", "qwen3_chat_template", "build_tiny_tokenizer", "build_tiny_model"]
+
+TINY_SPECIAL_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
+
+
+def qwen3_chat_template() -> str:
+    """Qwen3's chat template as shipped by TRL (`trl/chat_templates/qwen3.jinja`)."""
+    import trl
+
+    return (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text("utf-8")
+
+
+def _corpus(extra: Iterable[str]) -> list[str]:
+    from evoharness_bpe import Workspace
+
+    ws = Workspace("Migrate customer records in batches", subgoals=["batch 1", "batch 2"])
+    texts = [json.dumps(t) for t in ws.openai_tools()]
+    texts.append(ws.dashboard(record=False))
+    texts.append((Path(__file__).parent / "prompts" / "system.txt").read_text("utf-8"))
+    texts += [
+        '<tool_call>\n{"name": "track", "arguments": {"key": "api.rate_limit", "value": "5/s"}}\n</tool_call>',
+        '{"name": "commit", "arguments": {"subgoal": "batch 1", "status": "done"}}',
+        "system user assistant tool <|im_start|> <|im_end|> # Tools You may call one or more functions",
+        "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ {}[]():,.\"'-_/<>=\n",
+    ]
+    texts += list(extra)
+    return texts
+
+
+def build_tiny_tokenizer(vocab_size: int = 1024, extra_texts: Iterable[str] = ()):  # -> PreTrainedTokenizerFast
+    """A byte-level BPE tokenizer with Qwen3's special tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(TINY_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(extra_texts), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=list(TINY_SPECIAL_TOKENS[1:]),
+    )
+    fast.chat_template = qwen3_chat_template()
+    return fast
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike[str] | None = None,
+    *,
+    hidden_size: int = 32,
+    layers: int = 2,
+    vocab_size: int = 1024,
+    seed: int = 0,
+):
+    """A random `Qwen3ForCausalLM` and its tokenizer; saved to `out_dir` when given.
+
+    Returns ``(model, tokenizer)``. With ``out_dir`` the folder loads back with
+    ``AutoModelForCausalLM.from_pretrained(out_dir)`` / ``AutoTokenizer.from_pretrained(out_dir)``.
+    """
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = build_tiny_tokenizer(vocab_size)
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden_size // 4,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    return model, tokenizer

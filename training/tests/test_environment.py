@@ -1,0 +1,68 @@
+"""harness_environment: an Env + Workspace as a TRL environment class."""
+
+from __future__ import annotations
+
+import pytest
+
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe_training.environment import harness_environment
+from evoharness_bpe_training.rewards import cost_aware_reward
+
+
+def test_tools_have_the_schemas_trl_renders(locker_env_cls) -> None:
+    from transformers.utils import get_json_schema
+
+    cls = harness_environment(locker_env_cls)
+    env = cls()
+    locker = get_json_schema(env.open_locker)["function"]
+    assert locker["name"] == "open_locker"
+    assert locker["parameters"]["properties"]["number"]["type"] == "integer"
+    assert locker["parameters"]["required"] == ["number"]
+    commit = get_json_schema(env.commit)["function"]["parameters"]
+    assert commit["required"] == ["subgoal", "status"]
+    assert set(commit["properties"]["status"]["enum"]) >= {"todo", "doing", "done", "failed"}
+    track = get_json_schema(env.track)["function"]["parameters"]
+    assert track["properties"]["value"]["nullable"] is True or "null" in str(track["properties"]["value"])
+
+
+def test_a_rollout_is_scored_from_the_workspace_ledger(locker_env_cls) -> None:
+    cls = harness_environment(locker_env_cls)
+    solved, wasteful, failed = cls(), cls(), cls()
+    for env in (solved, wasteful, failed):
+        text = env.reset(seed=1, difficulty=2)
+        assert "Open lockers 1 to 2" in text and "</bpe-dashboard>" in text
+    solved.track(key="plan", value="1 then 2")
+    assert solved.open_locker(number=1).startswith("Locker 1 opened.")
+    assert solved.open_locker(number=2) == "Locker 2 opened."
+    for n in range(5):
+        wasteful.track(key=f"k{n}", value="v")
+    wasteful.open_locker(number=1)
+    wasteful.open_locker(number=2)
+    assert failed.commit(subgoal="locker 1", status="finished").startswith("Error")
+    failed.open_locker(number=2)
+    cost = solved.rollout_cost
+    assert cost.success == 1.0 and cost.meta_calls == 1 and cost.by_action["track"] == 1
+    assert cost.harness_tokens > 0 and failed.rollout_cost.invalid == 1
+    rewards = cost_aware_reward([[], [], []], environments=[solved, wasteful, failed])
+    assert rewards[0] > rewards[1] > rewards[2]
+    record = solved.episode_record
+    assert record["success"] and record["difficulty"] == 2 and record["env_steps"] == 2
+
+
+def test_reset_starts_a_fresh_episode(locker_env_cls) -> None:
+    env = harness_environment(locker_env_cls)()
+    env.reset(seed=0, difficulty=1)
+    env.track(key="a", value="b")
+    env.open_locker(number=1)
+    assert env.open_locker(number=1).startswith("The episode is over")
+    env.reset(seed=1, difficulty=1)
+    assert env.rollout_cost.meta_calls == 0 and env.rollout_cost.success == 0.0
+
+
+def test_clashing_tool_names_are_refused(locker_env_cls) -> None:
+    class Clash(locker_env_cls):
+        def tools(self):
+            return [{"type": "function", "function": {"name": "track", "description": "x", "parameters": {"type": "object", "properties": {}}}}]
+
+    with pytest.raises(UserError, match="clash"):
+        harness_environment(Clash)

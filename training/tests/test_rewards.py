@@ -1,0 +1,56 @@
+"""cost_aware_reward orders rollouts by success first, then by how little harness they used."""
+
+from __future__ import annotations
+
+import pytest
+
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.testing.scripted import tool_call
+from evoharness_bpe_training.rewards import CostWeights, RolloutCost, cost_aware_reward, cost_aware_score
+
+
+def _rollout(meta_calls: int, solved: bool) -> list[dict]:
+    messages = []
+    for n in range(meta_calls):
+        messages.append(tool_call("track", {"key": f"k{n}", "value": "v"}))
+        messages.append({"role": "tool", "name": "track", "content": f"tracked k{n} = 'v'"})
+    messages.append(tool_call("open_locker", {"number": 1}))
+    messages.append({"role": "tool", "name": "open_locker", "content": "Locker 1 opened." if solved else "stuck"})
+    return messages
+
+
+def test_success_few_calls_beats_success_many_beats_failure() -> None:
+    few, many, failed = cost_aware_reward([_rollout(1, True), _rollout(6, True), _rollout(0, False)], success=[1, 1, 0])
+    assert few > many > failed
+
+
+def test_tokens_and_invalid_calls_cost() -> None:
+    weights = CostWeights(lam=0.0, mu=0.01, invalid_penalty=0.5)
+    cheap = cost_aware_score(RolloutCost(1.0, harness_tokens=10), weights)
+    costly = cost_aware_score(RolloutCost(1.0, harness_tokens=50), weights)
+    invalid = cost_aware_score(RolloutCost(1.0, harness_tokens=10, invalid=1), weights)
+    assert cheap == pytest.approx(0.9) and costly == pytest.approx(0.5) and invalid == pytest.approx(0.4)
+    refused = [tool_call("commit", {"subgoal": "x"}), {"role": "tool", "name": "commit", "content": "Error: invalid arguments"}]
+    (with_error,) = cost_aware_reward([refused], success=[1], weights=weights)
+    assert with_error < 1.0 - 0.5 + 1e-9
+
+
+def test_charge_on_success_only() -> None:
+    charged = CostWeights(lam=0.1)
+    spared = CostWeights(lam=0.1, charge_on_success_only=True)
+    failure = RolloutCost(0.0, meta_calls=5)
+    assert cost_aware_score(failure, charged) == pytest.approx(-0.5)
+    assert cost_aware_score(failure, spared) == 0.0
+    assert cost_aware_score(RolloutCost(1.0, meta_calls=5), spared) == pytest.approx(0.5)
+
+
+def test_metrics_are_logged_and_misuse_refused() -> None:
+    logged: dict[str, float] = {}
+    cost_aware_reward([_rollout(2, True)], success=[True], log_metric=logged.__setitem__)
+    assert logged["harness/meta_calls"] == 2 and logged["harness/track"] == 2 and logged["harness/success"] == 1
+    with pytest.raises(UserError, match="success"):
+        cost_aware_reward([_rollout(1, True)])
+    with pytest.raises(UserError, match="values"):
+        cost_aware_reward([_rollout(1, True)], success=[1, 0])
+    with pytest.raises(UserError, match="lam"):
+        CostWeights(lam=-1)
