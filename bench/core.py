@@ -19,7 +19,6 @@ from pathlib import Path
 
 from evoharness_bpe import ExperienceEntry, SQLiteExperienceStore, Workspace
 from evoharness_bpe.experience import recall
-from evoharness_bpe.stores import sqlite as sqlite_store
 from evoharness_bpe.text import terms
 
 # Content words after stop-word removal follow Zipf's law: the word of rank r has weight 1/r,
@@ -90,11 +89,11 @@ def bench_recall(store: SQLiteExperienceStore, texts: list[str], rng: random.Ran
 
     naive_samples = timed(naive, 30)
     pruned_top = [[h.entry.id for h in recall(store, ns, q, k=3)] for q in queries]
-    floor = sqlite_store._COMMON_FLOOR
-    sqlite_store._COMMON_FLOOR = 10**12  # the same store, searching with every query term
+    fraction = store._common_fraction
+    store._common_fraction = 1.0  # the same store, searching with every query term (exact BM25)
     full_samples = timed(lambda i: recall(store, ns, queries[i % len(queries)], k=3), 300)
     full_top = [[h.entry.id for h in recall(store, ns, q, k=3)] for q in queries]
-    sqlite_store._COMMON_FLOOR = floor
+    store._common_fraction = fraction
     agreement = sum(len(set(a) & set(b)) for a, b in zip(pruned_top, full_top)) / sum(len(b) for b in full_top)
     return {
         "p50": percentile(store_samples, 0.5),
@@ -118,10 +117,11 @@ def bench_import() -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lessons", type=int, default=100_000)
+    parser.add_argument("--common-term-fraction", type=float, default=0.02)
     args = parser.parse_args()
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteExperienceStore(Path(tmp) / "bench.db")
+        store = SQLiteExperienceStore(Path(tmp) / "bench.db", common_term_fraction=args.common_term_fraction)
         texts = [sentence(rng) for _ in range(args.lessons)]
         t = time.perf_counter()
         with store.transaction():

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from ..exceptions import StoreError
+from ..exceptions import StoreError, UserError
 from ..text import query_terms, terms
 from .base import (
     ExperienceEntry,
@@ -50,16 +50,15 @@ CREATE TRIGGER IF NOT EXISTS entries_au AFTER UPDATE ON entries BEGIN
 END;
 """
 
-_COMMON_FRACTION = 0.01  # a term in more than 1% of a namespace's entries (and > _COMMON_FLOOR) is common
-_COMMON_FLOOR = 500
+_COMMON_FLOOR = 500  # a term is common when in more than this many entries and the given fraction
 _DF_TTL_S = 300.0
 _CANDIDATES = 100
 _K1, _B = 1.2, 0.75  # FTS5's BM25 constants
 
 _SEARCH_SQL = (
     "SELECT {columns} FROM ("
-    "  SELECT rowid, bm25(entries_fts) AS s FROM entries_fts WHERE entries_fts MATCH ? ORDER BY s LIMIT ?"
-    ") AS hit JOIN entries e ON e.rowid = hit.rowid WHERE e.ns = ? ORDER BY hit.s, e.id"
+    "  SELECT rowid, bm25(entries_fts) AS s FROM entries_fts WHERE entries_fts MATCH ? ORDER BY s, rowid LIMIT ?"
+    ") AS hit JOIN entries e ON e.rowid = hit.rowid WHERE e.ns = ? ORDER BY hit.s, hit.rowid"
 )
 
 
@@ -88,14 +87,24 @@ class SQLiteExperienceStore(ExperienceStore):
     writer, and `transaction()` takes SQLite's write lock up front (``BEGIN IMMEDIATE``) so that
     concurrent consolidations from several processes serialise instead of interleaving.
 
+    `common_term_fraction`: in a large namespace, query terms found in more than this fraction
+    of its entries only re-rank the candidates the rarer terms find (see `search`). Lower is
+    faster and less exact: at 100,000 lessons, 0.02 kept 95% of exact BM25's top 3 and 0.01 85%
+    (docs/benchmarks.md); 1.0 disables it.
+
     >>> store = SQLiteExperienceStore(":memory:")  # or a path such as "experience.db"
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 30.0, common_term_fraction: float = 0.02
+    ) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if not 0.0 < common_term_fraction <= 1.0:
+            raise UserError("common_term_fraction must be in (0, 1]")
         self._timeout = timeout
+        self._common_fraction = common_term_fraction
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
@@ -227,14 +236,14 @@ class SQLiteExperienceStore(ExperienceStore):
                 rows = conn.execute(_SEARCH_SQL.format(columns="e.body, hit.s"), (_match(indexed), k, key)).fetchall()
                 return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=-s) for b, s in rows]
             rows = conn.execute(
-                _SEARCH_SQL.format(columns="e.terms, e.body"), (_match(rare), max(8 * k, _CANDIDATES), key)
+                _SEARCH_SQL.format(columns="hit.rowid, e.terms, e.body"), (_match(rare), max(8 * k, _CANDIDATES), key)
             ).fetchall()
         # Candidates come from the rare terms alone; rank them by BM25 over every query term.
         # Cached counts may be stale by different amounts: keep N at least every term's frequency.
         total = max(total, *freq.values())
         idf = {t: max(math.log((total - freq[t] + 0.5) / (freq[t] + 0.5)), 1e-6) for t in indexed}
         scored = []
-        for indexed_terms, body in rows:
+        for rowid, indexed_terms, body in rows:
             doc = indexed_terms.split()
             norm = _K1 * (1 - _B + _B * len(doc) / avg_len)
             score = 0.0
@@ -242,9 +251,9 @@ class SQLiteExperienceStore(ExperienceStore):
                 tf = doc.count(t)
                 if tf:
                     score += idf[t] * tf * (_K1 + 1) / (tf + norm)
-            scored.append((score, body))
-        scored.sort(key=lambda item: -item[0])
-        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=sc) for sc, b in scored[:k]]
+            scored.append((-score, rowid, body))
+        scored.sort()
+        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=-neg) for neg, _, b in scored[:k]]
 
     def _split_common(
         self, conn: sqlite3.Connection, key: str, indexed: list[str]
@@ -259,7 +268,7 @@ class SQLiteExperienceStore(ExperienceStore):
         """
         now = time.monotonic()
         total = self._cached("#" + key, now, lambda: conn.execute("SELECT count(*) FROM entries WHERE ns = ?", (key,)).fetchone()[0])
-        limit = max(_COMMON_FLOOR, int(total * _COMMON_FRACTION))
+        limit = max(_COMMON_FLOOR, int(total * self._common_fraction))
         if len(indexed) < 2 or total <= limit:
             return indexed, {}, total, 1.0
         freq = {
