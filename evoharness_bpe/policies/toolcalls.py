@@ -18,13 +18,27 @@ _TAG_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 
+_EXAMPLE_VALUES: dict[str, Any] = {"integer": 1, "number": 1, "string": "...", "array": [], "boolean": True, "object": {}}
+
+
+def _example(tool: dict[str, Any]) -> str:
+    fn = tool["function"]
+    props = fn.get("parameters", {}).get("properties", {})
+    args = {}
+    for field in fn.get("parameters", {}).get("required", []):
+        spec = props.get(field, {})
+        args[field] = spec["enum"][0] if spec.get("enum") else _EXAMPLE_VALUES.get(spec.get("type", "string"), "...")
+    return json.dumps({"name": fn["name"], "arguments": args})
+
+
 def tools_system_prompt(system: str, tools: list[dict[str, Any]]) -> str:
-    """`system` followed by the tool specs and the calling convention."""
+    """`system` followed by the tool specs and the calling convention, with a concrete example."""
     specs = "\n".join(json.dumps(t["function"], separators=(",", ":")) for t in tools)
+    example = _example(tools[0]) if tools else '{"name": "<function-name>", "arguments": {}}'
     return (
         f"{system}\n\n# Tools\n\nYou may call one of these functions:\n<tools>\n{specs}\n</tools>\n\n"
-        "To call a function, reply with a JSON object inside <tool_call></tool_call> tags:\n"
-        '<tool_call>\n{"name": "<function-name>", "arguments": {<arguments>}}\n</tool_call>'
+        "To call a function, reply with a JSON object inside <tool_call></tool_call> tags, for example:\n"
+        f"<tool_call>\n{example}\n</tool_call>"
     )
 
 
@@ -41,6 +55,36 @@ def _objects(text: str) -> list[Any]:
         found.append(value)
         i = end
     return found
+
+
+def _repair(text: str) -> Any:
+    """Close a JSON object cut off mid-way (a reply that hit the token limit), if that parses."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    body = text[start:].rstrip().rstrip(",")
+    closers, in_string, escaped = [], False, False
+    for ch in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            closers.append("}" if ch == "{" else "]")
+        elif ch in "}]" and closers:
+            closers.pop()
+    if in_string:
+        body += '"'
+    try:
+        return json.loads(body.rstrip().rstrip(",") + "".join(reversed(closers)))
+    except ValueError:
+        return None
 
 
 def _as_call(value: Any, known: set[str] | None) -> dict[str, Any] | None:
@@ -66,7 +110,7 @@ def parse_tool_calls(text: str, tool_names: set[str] | None = None) -> list[dict
     chunks = [m.group(1) for m in _TAG_RE.finditer(text)] or [m.group(1) for m in _FENCE_RE.finditer(text)] or [text]
     calls = []
     for chunk in chunks:
-        for value in _objects(chunk):
+        for value in [*_objects(chunk), _repair(chunk)]:
             call = _as_call(value, tool_names)
             if call is not None:
                 calls.append(call)

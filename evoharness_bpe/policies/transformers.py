@@ -62,12 +62,14 @@ class TransformersPolicy:
     """Greedy (or sampled) generation with a local causal LM; replies parsed into tool calls.
 
     `model` is a local folder (a Hugging Face model directory, or one holding `gguf_file`); the
-    default is the embedded SmolLM2-135M-Instruct. `prompt_tokens` keeps the exact token count of
-    each prompt.
+    default is the embedded SmolLM2-135M-Instruct. `prefill` starts every reply (the opening of a
+    tool call by default, which keeps small models in the format); generation stops at
+    ``</tool_call>``. `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
     """
 
     def __init__(self, model: str | None = None, *, gguf_file: str | None = None, max_new_tokens: int = 96,
-                 temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000) -> None:
+                 temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000,
+                 prefill: str = '<tool_call>\n{"name": "', threads: int | None = None) -> None:
         try:
             import torch  # noqa: PLC0415
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
@@ -86,6 +88,8 @@ class TransformersPolicy:
                 gguf_file = ggufs[0]
         kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
         self._torch = torch
+        if threads:
+            torch.set_num_threads(threads)
         torch.manual_seed(seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model, **kwargs)
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, **kwargs)
@@ -94,12 +98,14 @@ class TransformersPolicy:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.max_prompt_tokens = max_prompt_tokens
+        self.prefill = prefill
         self.prompt_tokens: list[int] = []
         self._calls = 0
 
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
         chat = _chat(messages, tools)
-        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+        text_prompt = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) + self.prefill
+        ids = self.tokenizer(text_prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
         if ids.shape[1] > self.max_prompt_tokens:  # keep the newest part; the model cannot read more
             ids = ids[:, -self.max_prompt_tokens :]
         self.prompt_tokens.append(int(ids.shape[1]))
@@ -108,8 +114,9 @@ class TransformersPolicy:
             out = self.model.generate(
                 ids, attention_mask=self._torch.ones_like(ids), max_new_tokens=self.max_new_tokens, do_sample=sample,
                 **({"temperature": self.temperature} if sample else {}), pad_token_id=self.tokenizer.eos_token_id,
+                stop_strings=["</tool_call>"], tokenizer=self.tokenizer,
             )
-        text = self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
+        text = (self.prefill + self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)).strip()
         calls = parse_tool_calls(text, {t["function"]["name"] for t in tools})
         self._calls += 1
         if not calls:
