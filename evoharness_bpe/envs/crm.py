@@ -93,6 +93,16 @@ class CRMMigrationEnv:
             elif roll < 0.11 and records:
                 rec["key"] = rng.choice(records)["key"]
             records.append(rec)
+        if self.n_records >= 10:  # every episode meets each kind of schema failure at least once
+            first_dup = records[0]["key"]
+            for kind, idx in zip(("email", "phone", "key"), rng.sample(range(1, self.n_records), 3)):
+                rec = records[idx]
+                if kind == "email":
+                    rec["email"] = ""
+                elif kind == "phone":
+                    rec["phone"] = rec["phone"].replace(" ", "")[:7]
+                else:
+                    rec["key"] = first_dup
         self.records = records
         self.by_id = {r["id"]: r for r in records}
         keys: set[str] = set()

@@ -128,12 +128,12 @@ class _Progress:
 
 def run_suite(config: RunConfig) -> dict[str, Any]:
     """Run every combination; write traces, metrics and the report; return the metrics."""
+    runners = {f: load_framework(f) for f in config.frameworks}
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     for name in ("traces.jsonl", "metrics.json", "report.md", *PLOTS):
         if (out / name).exists():
             os.remove(out / name)
-    runners = {f: load_framework(f) for f in config.frameworks}
     combos = [(e, p, h, f) for e in config.envs for p in config.policies for h in config.harnesses for f in config.frameworks]
     progress = _Progress(len(combos) * config.episodes)
     store = SQLiteExperienceStore(out / "experience.db")
