@@ -37,13 +37,14 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError(f"unknown environment {env!r}; choose from {', '.join(ENVIRONMENTS)}")
     note = None
     policies = args.policy
-    max_steps = args.max_steps
+    model_steps, new_tokens = 40, 96
     if policies is None:
         if embedded_model_dir() is not None:
             policies = ["expert", "local"]
-            max_steps = max_steps or (6 if args.env is None else None)
-            note = ("The embedded SmolLM2-135M-Instruct (raw, untrained) against the scripted expert, "
-                    "each under the three harnesses.")
+            if args.env is None:  # the quick offline comparison: a few calls of the small model
+                model_steps, new_tokens = 3, 48
+            note = (f"The embedded SmolLM2-135M-Instruct (raw, untrained; {model_steps} model calls an episode) "
+                    "against the scripted expert, each under the three harnesses.")
         else:
             policies = ["expert", "noisy"]
             note = f"The embedded model is not installed ({INSTALL_EMBEDDED}); ran the expert policies instead."
@@ -51,7 +52,8 @@ def _run(args: argparse.Namespace) -> int:
     config = RunConfig(
         envs=args.env or list(_DEFAULT_ENVS), policies=policies, harnesses=args.harness or ["none", "append", "bpe"],
         frameworks=args.framework or ["core"], episodes=args.episodes, seed=args.seed, difficulty=args.difficulty,
-        out=args.out, model=args.model, base_url=args.base_url, max_steps=max_steps, epsilon=args.epsilon,
+        out=args.out, model=args.model, base_url=args.base_url, max_steps=args.max_steps, model_max_steps=model_steps,
+        max_new_tokens=new_tokens, epsilon=args.epsilon,
         window=args.window, note=note,
     )
     data = run_suite(config)

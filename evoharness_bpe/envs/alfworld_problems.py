@@ -271,8 +271,6 @@ def generate_problem(task_type: str, seed: int, difficulty: int = 1, expert: str
         rooms = list(ROOMS)
     room = rng.choice(rooms)
     rtypes_room = ROOMS[room]
-    if room == "bathroom" and appliance:
-        pass
     cats_room = set().union(*(RECEPTACLES[r][1] for r in rtypes_room))
     otypes = [o for o, (cat, props) in OBJECTS.items()
               if cat in cats_room and (prop is None or prop in props)
@@ -326,6 +324,8 @@ def generate_problem(task_type: str, seed: int, difficulty: int = 1, expert: str
     def pick_source(exclude=()):
         cands = [r for r in search_order if _can_hold(rtype_of[r], target)
                  and rtype_of[r] != dest_type and r not in exclude]
+        if not cands and exclude:  # the second target shares a receptacle when no other can hold it
+            return pick_source()
         if d == 1:
             pool = [r for r in cands if not RECEPTACLES[rtype_of[r]][0]] or cands
             return pool[0] if rng.random() < 0.7 else rng.choice(pool[:3])

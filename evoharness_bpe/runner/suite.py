@@ -43,6 +43,8 @@ class RunConfig:
     model: str | None = field(default=None, metadata={"help": "local model folder (local) or model name (openai)"})
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "OpenAI-compatible endpoint"})
     max_steps: int | None = field(default=None, metadata={"help": "model calls per episode (default: the environment's budget)"})
+    model_max_steps: int = field(default=40, metadata={"help": "model calls per episode of the local and openai policies when max_steps is not set"})
+    max_new_tokens: int = field(default=96, metadata={"help": "reply length of the local policy"})
     epsilon: float = field(default=0.1, metadata={"help": "mistake rate of the noisy expert"})
     window: int = field(default=12, metadata={"help": "recent messages kept by the append and bpe harnesses"})
     note: str | None = field(default=None, metadata={"help": "a line for the top of the report"})
@@ -85,7 +87,7 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
         if kind == "local":
             from ..policies.transformers import TransformersPolicy  # noqa: PLC0415
 
-            cache[kind] = TransformersPolicy(config.model)
+            cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens)
         else:
             from ..policies.openai import OpenAICompatiblePolicy  # noqa: PLC0415
 
@@ -145,7 +147,7 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
             for env_name, kind, harness, framework in combos:
                 env = envs.get(env_name) or envs.setdefault(env_name, make_env(env_name, config.difficulty))
                 budget = int(getattr(env, "step_budget", 200))
-                max_steps = config.max_steps or (budget if kind in ("expert", "noisy") else min(budget, 40))
+                max_steps = config.max_steps or (budget if kind in ("expert", "noisy") else min(budget, config.model_max_steps))
                 for episode in range(config.episodes):
                     seed = config.seed + episode
                     label = f"{env_name} {kind} {harness} {framework} seed {seed}"
