@@ -25,11 +25,12 @@ def _varying(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     return keys or ("harness",)
 
 
-def _mean_curve(series: list[list[float]]) -> list[float]:
+def _mean_curve(series: list[list[float]], *, hold: bool = False) -> list[float]:
+    """The mean at each step over the episodes still running (or all, holding last values)."""
     length = max((len(s) for s in series), default=0)
     out = []
     for i in range(length):
-        vals = [s[i] for s in series if i < len(s)]
+        vals = [s[i] if i < len(s) else s[-1] for s in series if s and (hold or i < len(s))]
         out.append(sum(vals) / len(vals))
     return out
 
@@ -61,29 +62,35 @@ def _plots(rows: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path)
     fig.tight_layout()
     fig.savefig(out / PLOTS[0], dpi=110)
     plt.close(fig)
+    envs = sorted({str(r["env"]) for r in rows})
+    curve_keys = tuple(k for k in curve_keys if k != "env") or ("harness",)
     for name, field, ylabel, cumulative in (
         (PLOTS[1], "prompt_tokens_per_step", "prompt tokens", False),
         (PLOTS[2], "meta_actions_per_step", "meta-action calls (cumulative)", True),
     ):
-        series: dict[str, list[list[float]]] = defaultdict(list)
-        for r in rows:
-            values = [float(v) for v in r[field]]
-            if cumulative:
-                total, acc = 0.0, []
-                for v in values:
-                    total += v
-                    acc.append(total)
-                values = acc
-            series[_label(r, curve_keys)].append(values)
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        for label, curves in sorted(series.items()):
-            curve = _mean_curve(curves)
-            ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1.4)
-        ax.set_xlabel("step (model call)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(ylabel.capitalize() + " per step")
-        if series:
-            ax.legend(fontsize=7)
+        fig, axes = plt.subplots(1, len(envs), figsize=(4.2 * len(envs) + 1, 3.8), squeeze=False)
+        for ax, env in zip(axes[0], envs):
+            series: dict[str, list[list[float]]] = defaultdict(list)
+            for r in rows:
+                if str(r["env"]) != env:
+                    continue
+                values = [float(v) for v in r[field]]
+                if cumulative:
+                    total, acc = 0.0, []
+                    for v in values:
+                        total += v
+                        acc.append(total)
+                    values = acc
+                series[_label(r, curve_keys)].append(values)
+            for label, curves in sorted(series.items()):
+                curve = _mean_curve(curves, hold=cumulative)
+                ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1.4)
+            ax.set_xlabel("step (model call)")
+            ax.set_title(env, fontsize=10)
+            if series:
+                ax.legend(fontsize=7)
+        axes[0][0].set_ylabel(ylabel)
+        fig.suptitle(ylabel.capitalize() + " per step", fontsize=11)
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
