@@ -119,6 +119,10 @@ def write_report(folder: str | os.PathLike[str]) -> Path:
             f"{s['mean_steps']:.1f} | {s['mean_invalid_actions']:.1f} | {m['track']:.1f}/{m['commit']:.1f}/{m['recall']:.1f}/{m['note']:.1f} | "
             f"{s['mean_prompt_tokens_per_step']:.0f}, {s['max_prompt_tokens']} | {s['mean_wall_time_s']:.1f} |")
     lines.append("")
+    for line in data.get("skipped") or []:
+        lines.append(f"- skipped {line}")
+    if data.get("skipped"):
+        lines.append("")
     if plots:
         lines += [f"![{p[:-4].replace('_', ' ')}]({p})" for p in plots]
     else:

@@ -123,6 +123,14 @@ class _Progress:
         self.rich.update(self.current, total=row["model_calls"], completed=row["model_calls"], description=line)
         self.rich.advance(self.all)
 
+    def skip(self, label: str, reason: str) -> None:
+        line = f"{label}: skipped ({reason})"
+        if self.rich is None:
+            print(line, flush=True)
+            return
+        self.rich.update(self.current, description=line)
+        self.rich.advance(self.all, 1)
+
     def close(self) -> None:
         if self.rich is not None:
             self.rich.stop()
@@ -141,6 +149,7 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
     store = SQLiteExperienceStore(out / "experience.db")
     cache: dict[str, Policy] = {}
     rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
     envs: dict[str, Any] = {}
     try:
         with TraceWriter(out / "traces.jsonl") as writer:
@@ -154,7 +163,12 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
                     policy = _Counted(make_policy(kind, env, config, cache, seed), progress.start(label, max_steps))
                     episode_config = EpisodeConfig(harness=harness, seed=seed, max_steps=max_steps, window=config.window,  # type: ignore[arg-type]
                                                    namespace=("evoharness", env_name, kind))
-                    trace = runners[framework](env, policy, store, episode_config)
+                    try:
+                        trace = runners[framework](env, policy, store, episode_config)
+                    except UserError as exc:  # e.g. a framework without this harness: skip the combination
+                        skipped.append(f"{env_name} / {kind} / {harness} / {framework}: {exc}")
+                        progress.skip(label, str(exc))
+                        break
                     trace.metadata.setdefault("seed", seed)
                     trace.metadata.setdefault("difficulty", config.difficulty)
                     trace.metadata["policy"] = kind
@@ -170,7 +184,7 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
             if close:
                 close()
     data = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()},
-            "note": config.note, "summary": summarize(rows), "episodes": rows}
+            "note": config.note, "skipped": skipped, "summary": summarize(rows), "episodes": rows}
     (out / "metrics.json").write_text(json.dumps(data, indent=1), "utf-8")
     write_report(out)
     return data
