@@ -1,0 +1,86 @@
+"""Shared checks of the tool calls environments receive: name, JSON arguments, schema."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import StepResult
+
+__all__ = ["parse_call", "invalid", "function_spec"]
+
+
+def function_spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """An OpenAI function tool spec."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required, "additionalProperties": False},
+        },
+    }
+
+
+def invalid(message: str) -> StepResult:
+    """The readable answer to a malformed or impossible call; nothing in the environment changes."""
+    return StepResult(observation=f"Error: {message}", done=False, info={"invalid": True, "error": message})
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "array": (list,),
+    "boolean": (bool,),
+    "object": (dict,),
+}
+
+
+def parse_call(tool_call: Any, tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | StepResult:
+    """``(name, arguments)`` for a well-formed call of one of `tools`, else an invalid `StepResult`.
+
+    Accepts ``{"name", "arguments"}`` or the OpenAI ``{"function": {...}}`` form; arguments may be a
+    dict or JSON text. Types are checked against each tool's JSON schema (booleans are not integers).
+    """
+    if not isinstance(tool_call, dict):
+        return invalid("a tool call must be an object with 'name' and 'arguments'.")
+    call = tool_call.get("function", tool_call)
+    if not isinstance(call, dict):
+        return invalid("a tool call must be an object with 'name' and 'arguments'.")
+    name = call.get("name")
+    specs = {t["function"]["name"]: t["function"] for t in tools}
+    if not isinstance(name, str) or name not in specs:
+        return invalid(f"unknown tool {name!r}; available tools: {', '.join(specs)}.")
+    raw = call.get("arguments", {})
+    if raw is None or raw == "":
+        raw = {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return invalid(f"arguments of {name} are not valid JSON ({exc.msg} at position {exc.pos}); send a JSON object.")
+    if not isinstance(raw, dict):
+        return invalid(f"arguments of {name} must be a JSON object, not {type(raw).__name__}.")
+    schema = specs[name]["parameters"]
+    props: dict[str, Any] = schema.get("properties", {})
+    missing = [f for f in schema.get("required", []) if f not in raw]
+    if missing:
+        return invalid(f"{name} needs the argument(s) {', '.join(missing)}.")
+    unknown = [f for f in raw if f not in props]
+    if unknown:
+        return invalid(f"{name} has no argument(s) {', '.join(unknown)}; it takes {', '.join(props) or 'none'}.")
+    for field, value in raw.items():
+        expected = props[field].get("type")
+        types = _TYPES.get(expected) if isinstance(expected, str) else None
+        if types is None:
+            continue
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            return invalid(f"{name}: argument '{field}' must be a {expected}, not {type(value).__name__}.")
+        if expected == "array" and "items" in props[field]:
+            item_types = _TYPES.get(props[field]["items"].get("type", ""), ())
+            if item_types and any(isinstance(v, bool) or not isinstance(v, item_types) for v in value):
+                return invalid(f"{name}: every item of '{field}' must be a {props[field]['items']['type']}.")
+        if "enum" in props[field] and value not in props[field]["enum"]:
+            return invalid(f"{name}: argument '{field}' must be one of {', '.join(map(str, props[field]['enum']))}, not {value!r}.")
+    return name, raw

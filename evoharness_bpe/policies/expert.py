@@ -1,0 +1,334 @@
+"""Scripted experts: policies that solve every seed of the built-in environments.
+
+An expert reads the conversation like any other policy: each call it takes the last assistant
+tool call and the tool results after it, updates what it knows, and answers with the next tool
+call. It never sees the environment's hidden state (the ALFWorld and TextWorld experts follow the
+game's own expert plan / walkthrough, as ALFWorld's handcoded expert does). When the meta-actions
+are offered it uses them the way a good agent would: recall before starting, track what it
+learns (the rate limit, the rule book's threshold), commit each unit of work, note a pitfall
+after a rejection. Works through any framework, since it only needs messages and tools.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..exceptions import UserError
+from ..policy import ChatMessage
+
+__all__ = ["ExpertPolicy", "EXPERTS"]
+
+META = frozenset({"track", "commit", "recall", "note"})
+Action = tuple[str, dict[str, Any]]
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_error(text: str) -> bool:
+    return text.startswith("Error") or text.startswith("Nothing happens")
+
+
+class _Brain:
+    """What an expert knows about one episode; `observe` updates it, `decide` never mutates it."""
+
+    def __init__(self, task: str, env: Any) -> None:
+        self.task = task
+        self.env = env
+        self.recalled = False
+        self.pending_note: str | None = None
+        self.noted: set[str] = set()
+
+    def observe(self, name: str, args: dict[str, Any] | None, result: str) -> None:
+        if name not in META:
+            self.on_env_call()
+        if args is None or result.startswith("Error: unknown tool"):
+            self._pitfall("malformed-call", "Send tool arguments as one JSON object with the documented fields; malformed calls are rejected and waste a step.")
+        elif name == "recall":
+            self.recalled = self.recalled or not _is_error(result)
+        elif name == "note":
+            if self.pending_note and not _is_error(result):
+                self.noted.add(self.pending_note)
+                self.pending_note = None
+        else:
+            self.on_result(name, args, result)
+
+    def on_env_call(self) -> None:
+        """An environment tool was called (well-formed or not)."""
+
+    def _pitfall(self, kind: str, text: str) -> None:
+        if kind not in self.noted:
+            self.pending_note = kind
+            self.note_text = text
+
+    def on_result(self, name: str, args: dict[str, Any], result: str) -> None:
+        raise NotImplementedError
+
+    def meta_first(self, meta: frozenset[str], query: str) -> Action | None:
+        if "recall" in meta and not self.recalled:
+            return "recall", {"query": query, "k": 3}
+        if "note" in meta and self.pending_note:
+            return "note", {"text": self.note_text, "kind": "pitfall", "tags": [self.env.name]}
+        return None
+
+    def decide(self, meta: frozenset[str]) -> Action:
+        raise NotImplementedError
+
+
+class _CRMBrain(_Brain):
+    def __init__(self, task: str, env: Any) -> None:
+        super().__init__(task, env)
+        self.pages = int(re.search(r"\((\d+) page", task).group(1))  # type: ignore[union-attr]
+        self.batch_size = int(re.search(r"at most (\d+) record ids", task).group(1))  # type: ignore[union-attr]
+        self.next_page = 1
+        self.queue: list[str] = []
+        self.batch_id = 1
+        self.t = 0
+        self.last_submit: int | None = None
+        self.interval: int | None = None
+        self.interval_tracked = False
+        self.wait_needed = 0
+        self.to_report: list[tuple[list[str], str]] = []
+        self.to_commit: list[str] = []
+
+    def on_env_call(self) -> None:
+        self.t += 1
+
+    def on_result(self, name: str, args: dict[str, Any], result: str) -> None:
+        body = _json(result)
+        if isinstance(body, dict) and isinstance(body.get("t"), int):
+            self.t = body["t"]
+        if name == "track":
+            self.interval_tracked = True
+        elif name == "commit":
+            if self.to_commit and not _is_error(result):
+                self.to_commit.pop(0)
+        elif name == "wait" and isinstance(body, dict):
+            self.wait_needed = 0
+        elif name == "fetch_page" and isinstance(body, dict) and body.get("page") == self.next_page:
+            self.queue.extend(r["id"] for r in body["records"])
+            self.next_page += 1
+        elif name == "report_invalid" and isinstance(body, dict) and self.to_report:
+            self.to_report.pop(0)
+        elif name == "submit_batch" and isinstance(body, dict):
+            status = body.get("status")
+            if status == 200:
+                sent = list(args.get("record_ids", []))
+                self.queue = [r for r in self.queue if r not in set(sent)]
+                self.to_commit.append(f"batch {self.batch_id}")
+                self.batch_id += 1
+                self.last_submit = self.t
+                by_reason: dict[str, list[str]] = {}
+                for rid, reason in body.get("rejected", {}).items():
+                    by_reason.setdefault(reason, []).append(rid)
+                for reason, ids in by_reason.items():
+                    self.to_report.append((ids, reason))
+                    self._pitfall(reason, f"The CRM target API rejects records with a {reason}: report them with report_invalid instead of resending.")
+            elif status == 429:
+                match = re.search(r"every (\d+)s", body.get("error", ""))
+                if match:
+                    self.interval = int(match.group(1))
+                self.wait_needed = int(body.get("retry_after", 1))
+                self._pitfall("rate-limit", "The CRM target API rate-limits batches: track the interval and wait before each submit_batch.")
+            elif status == 503:
+                self.last_submit = self.t
+            elif status == 409:
+                match = re.search(r"next batch is (\d+)", body.get("error", ""))
+                if match:
+                    self.batch_id = int(match.group(1))
+        elif _is_error(result):
+            self._pitfall(f"rejected-{name}", f"{name} was rejected: {result[:160]}")
+
+    def decide(self, meta: frozenset[str]) -> Action:
+        first = self.meta_first(meta, "crm migration batches rate limit rejected records")
+        if first:
+            return first
+        if self.to_report:
+            ids, reason = self.to_report[0]
+            return "report_invalid", {"record_ids": ids, "reason": reason}
+        if "commit" in meta and self.to_commit:
+            return "commit", {"subgoal": self.to_commit[0], "status": "done", "note": "applied"}
+        if "track" in meta and self.interval is not None and not self.interval_tracked:
+            return "track", {"key": "api.min_interval_s", "value": str(self.interval), "source": "submit_batch"}
+        if self.wait_needed > 0:
+            return "wait", {"seconds": self.wait_needed}
+        all_fetched = self.next_page > self.pages
+        if self.queue and (len(self.queue) >= self.batch_size or all_fetched):
+            if self.interval is not None and self.last_submit is not None:
+                gap = self.interval - (self.t + 1 - self.last_submit)
+                if gap > 0:
+                    return "wait", {"seconds": gap}
+            return "submit_batch", {"batch_id": self.batch_id, "record_ids": self.queue[: self.batch_size]}
+        if not all_fetched:
+            return "fetch_page", {"page": self.next_page}
+        return "finish", {}
+
+
+class _ComplianceBrain(_Brain):
+    def __init__(self, task: str, env: Any) -> None:
+        super().__init__(task, env)
+        self.pages = int(re.search(r"\((\d+) page", task).group(1))  # type: ignore[union-attr]
+        self.threshold = int(re.search(r"amount >= (\d+)", task).group(1))  # type: ignore[union-attr]
+        self.threshold_tracked = False
+        self.next_page = 1
+        self.queue: list[str] = []
+        self.details: dict[str, dict[str, Any]] = {}
+        self.sanctioned: dict[str, bool] = {}
+        self.decided: dict[str, tuple[str, str | None]] = {}
+        self.to_escalate: list[tuple[str, str]] = []
+        self.to_commit: list[tuple[str, str]] = []
+
+    def rule(self, tx: dict[str, Any]) -> tuple[str, str | None, str]:
+        if self.sanctioned[tx["counterparty"]]:
+            return "flag", "sanctions", "rule 1: sanctioned counterparty"
+        if tx["amount"] >= self.threshold and "kyc" not in tx["documents"]:
+            return "flag", "aml", "rule 2: over threshold without kyc"
+        if "invoice" not in tx["documents"]:
+            return "flag", None, "rule 3: no invoice"
+        return "clear", None, "rule 4: compliant"
+
+    def on_result(self, name: str, args: dict[str, Any], result: str) -> None:
+        body = _json(result)
+        if _is_error(result):
+            self._pitfall(f"rejected-{name}", f"compliance-review {name} was rejected: {result[:160]}")
+            return
+        if name == "track":
+            self.threshold_tracked = True
+        elif name == "commit" and self.to_commit:
+            self.to_commit.pop(0)
+        elif name == "list_transactions" and isinstance(body, dict) and body.get("page") == self.next_page:
+            self.queue.extend(t["id"] for t in body["transactions"])
+            self.next_page += 1
+        elif name == "get_transaction" and isinstance(body, dict):
+            self.details[body["id"]] = body
+        elif name == "check_sanctions" and isinstance(body, dict):
+            self.sanctioned[body["counterparty"]] = bool(body["sanctioned"])
+        elif name == "decide":
+            tid = args["transaction_id"]
+            decision, team, _ = self.rule(self.details[tid])
+            self.decided[tid] = (decision, team)
+            if tid in self.queue:
+                self.queue.remove(tid)
+            if team:
+                self.to_escalate.append((tid, team))
+            self.to_commit.append((tid, decision))
+        elif name == "escalate" and self.to_escalate:
+            self.to_escalate.pop(0)
+
+    def decide(self, meta: frozenset[str]) -> Action:
+        first = self.meta_first(meta, "compliance review escalation rules sanctions")
+        if first:
+            return first
+        if "track" in meta and not self.threshold_tracked:
+            return "track", {"key": "rules.threshold_eur", "value": str(self.threshold), "source": "rule book"}
+        if self.to_escalate:
+            tid, team = self.to_escalate[0]
+            return "escalate", {"transaction_id": tid, "team": team}
+        if "commit" in meta and self.to_commit:
+            tid, decision = self.to_commit[0]
+            return "commit", {"subgoal": tid, "status": "done", "note": decision}
+        if not self.queue and self.next_page <= self.pages:
+            return "list_transactions", {"page": self.next_page}
+        if self.queue:
+            tid = self.queue[0]
+            tx = self.details.get(tid)
+            if tx is None:
+                return "get_transaction", {"transaction_id": tid}
+            if tx["counterparty"] not in self.sanctioned:
+                return "check_sanctions", {"counterparty": tx["counterparty"]}
+            decision, _, reason = self.rule(tx)
+            return "decide", {"transaction_id": tid, "decision": decision, "reason": reason}
+        return "finish", {}
+
+
+class _PlanBrain(_Brain):
+    """Follows a command list (ALFWorld's expert plan, TextWorld's walkthrough) through ``act``."""
+
+    def __init__(self, task: str, env: Any) -> None:
+        super().__init__(task, env)
+        self.plan = list(env.plan if env.name == "alfworld" else env.walkthrough)
+        self.i = 0
+        self.to_commit: list[str] = []
+
+    def on_result(self, name: str, args: dict[str, Any], result: str) -> None:
+        if name == "commit" and self.to_commit:
+            self.to_commit.pop(0)
+        elif name == "act":
+            command = " ".join(str(args.get("command", "")).split())
+            if _is_error(result):
+                self._pitfall("inadmissible", f"In {self.env.name}, only admissible commands work; check the exact object and receptacle names first.")
+            elif self.i < len(self.plan) and command.lower() == self.plan[self.i].lower():
+                self.i += 1
+                verb = command.split(" ", 1)[0]
+                if verb in ("take", "heat", "cool", "clean", "use"):
+                    self.to_commit.append(command)
+
+    def decide(self, meta: frozenset[str]) -> Action:
+        first = self.meta_first(meta, f"{self.env.name} {self.task[:80]}")
+        if first:
+            return first
+        if "commit" in meta and self.to_commit:
+            return "commit", {"subgoal": self.to_commit[0], "status": "done"}
+        if self.i < len(self.plan):
+            return "act", {"command": self.plan[self.i]}
+        return "act", {"command": "look"}
+
+
+EXPERTS: dict[str, Callable[[str, Any], _Brain]] = {
+    "crm-migration": _CRMBrain,
+    "compliance-review": _ComplianceBrain,
+    "alfworld": _PlanBrain,
+    "textworld": _PlanBrain,
+}
+
+
+class ExpertPolicy:
+    """The scripted expert for a built-in environment (`env` is the environment it plays)."""
+
+    def __init__(self, env: Any) -> None:
+        if getattr(env, "name", None) not in EXPERTS:
+            raise UserError(f"no expert for environment {getattr(env, 'name', env)!r}; experts exist for {', '.join(EXPERTS)}")
+        self.env = env
+        self._brain: _Brain | None = None
+        self._seen: str | None = None
+        self._calls = 0
+
+    def _ingest(self, messages: list[ChatMessage]) -> None:
+        task = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+        if last is None or self._brain is None:
+            self._brain, self._seen = EXPERTS[self.env.name](task, self.env), None
+            if last is None:
+                return
+        assistant = messages[last]
+        calls = assistant.get("tool_calls") or []
+        key = json.dumps([assistant.get("content"), calls], sort_keys=True, default=str) + str(len(messages))
+        if key == self._seen:
+            return
+        self._seen = key
+        results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages[last + 1 :] if m.get("role") == "tool"}
+        for n, call in enumerate(calls):
+            fn = call.get("function", {})
+            args = _json(fn.get("arguments")) if isinstance(fn.get("arguments"), str) else fn.get("arguments")
+            result = results.get(call.get("id"), next(iter(results.values()), "") if n == 0 else "")
+            self._brain.observe(str(fn.get("name")), args if isinstance(args, dict) else None, result)
+
+    def next_action(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Action:
+        """Read the conversation's newest results and choose the next ``(tool, arguments)``."""
+        self._ingest(messages)
+        assert self._brain is not None
+        offered = {t["function"]["name"] for t in tools}
+        return self._brain.decide(frozenset(offered & META))
+
+    def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
+        name, args = self.next_action(messages, tools)
+        self._calls += 1
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{self._calls}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}

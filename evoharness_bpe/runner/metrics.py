@@ -1,0 +1,77 @@
+"""Per-episode metrics from traces, whichever framework produced them."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+from ..trace import Trace
+from .core import META_ACTIONS, prompt_tokens
+
+__all__ = ["episode_metrics", "summarize"]
+
+
+def _meta_per_call(trace: Trace) -> list[int]:
+    if isinstance(trace.metadata.get("meta_actions_per_call"), list):
+        return list(trace.metadata["meta_actions_per_call"])
+    return [sum(1 for c in mc.response.get("tool_calls") or [] if (c.get("function") or {}).get("name") in META_ACTIONS)
+            for mc in trace.model_calls]
+
+
+def episode_metrics(trace: Trace, *, policy: str | None = None) -> dict[str, Any]:
+    """Success, steps, invalid actions, meta-actions by type, prompt tokens per step, wall time."""
+    tokens = trace.metadata.get("prompt_tokens")
+    if not isinstance(tokens, list):
+        tokens = [mc.prompt_tokens or prompt_tokens(mc.messages) for mc in trace.model_calls]
+    by_type = Counter({name: 0 for name in META_ACTIONS})
+    if isinstance(trace.metadata.get("meta_actions"), dict):
+        by_type.update(trace.metadata["meta_actions"])
+    elif trace.model_calls:
+        for mc in trace.model_calls:
+            for c in mc.response.get("tool_calls") or []:
+                name = (c.get("function") or {}).get("name")
+                if name in META_ACTIONS:
+                    by_type[name] += 1
+    else:
+        by_type.update(e.name for e in trace.meta_actions)
+    info = trace.outcome.info
+    return {
+        "episode_id": trace.episode_id,
+        "env": trace.env,
+        "harness": trace.harness,
+        "framework": trace.framework,
+        "policy": policy or trace.metadata.get("policy"),
+        "seed": trace.metadata.get("seed"),
+        "difficulty": trace.metadata.get("difficulty"),
+        "success": bool(trace.outcome.success),
+        "score": trace.outcome.score,
+        "steps": int(info.get("steps", 0)),
+        "invalid_actions": int(info.get("invalid_actions", 0)),
+        "model_calls": len(tokens),
+        "meta_actions": dict(by_type),
+        "meta_actions_per_step": _meta_per_call(trace),
+        "prompt_tokens_per_step": [int(t) for t in tokens],
+        "wall_time_s": trace.metadata.get("wall_time_s"),
+    }
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (env, policy, harness, framework): success rate and means."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["env"], r["policy"], r["harness"], r["framework"]), []).append(r)
+    out = []
+    for (env, policy, harness, framework), rs in groups.items():
+        tokens = [t for r in rs for t in r["prompt_tokens_per_step"]]
+        out.append({
+            "env": env, "policy": policy, "harness": harness, "framework": framework, "episodes": len(rs),
+            "success_rate": sum(r["success"] for r in rs) / len(rs),
+            "mean_steps": statistics.fmean(r["steps"] for r in rs),
+            "mean_invalid_actions": statistics.fmean(r["invalid_actions"] for r in rs),
+            "mean_meta_actions": {k: statistics.fmean(r["meta_actions"].get(k, 0) for r in rs) for k in META_ACTIONS},
+            "mean_prompt_tokens_per_step": statistics.fmean(tokens) if tokens else 0.0,
+            "max_prompt_tokens": max(tokens, default=0),
+            "mean_wall_time_s": statistics.fmean(float(r["wall_time_s"] or 0.0) for r in rs),
+        })
+    return out

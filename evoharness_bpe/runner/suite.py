@@ -1,0 +1,190 @@
+"""An evaluation run: environments × policies × harnesses × frameworks × episodes.
+
+Writes ``traces.jsonl`` (one episode a line), ``metrics.json`` (per episode: success, steps,
+invalid actions, meta-actions by type, prompt tokens per step, wall time) and ``report.md`` with
+its plots into the output folder; an existing run in that folder is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..envs import make_env
+from ..exceptions import UserError
+from ..frameworks import EpisodeConfig, load_framework
+from ..policy import ChatMessage, Policy
+from ..stores.sqlite import SQLiteExperienceStore
+from ..trace import TraceWriter
+from .metrics import episode_metrics, summarize
+from .report import PLOTS, write_report
+
+__all__ = ["RunConfig", "run_suite", "POLICIES", "make_policy"]
+
+POLICIES = ("expert", "noisy", "local", "openai")
+
+
+@dataclass
+class RunConfig:
+    """What `evoharness run` runs (every field is also a command-line flag)."""
+
+    envs: list[str] = field(default_factory=lambda: ["crm-migration"], metadata={"help": "environments"})
+    policies: list[str] = field(default_factory=lambda: ["expert"], metadata={"help": "expert, noisy, local or openai"})
+    harnesses: list[str] = field(default_factory=lambda: ["none", "append", "bpe"], metadata={"help": "none, append, bpe"})
+    frameworks: list[str] = field(default_factory=lambda: ["core"], metadata={"help": "core or an installed integration"})
+    episodes: int = field(default=1, metadata={"help": "episodes per combination (seeds seed, seed+1, …)"})
+    seed: int = field(default=0, metadata={"help": "first environment seed"})
+    difficulty: int = field(default=1, metadata={"help": "1 to 3; higher lengthens the horizon"})
+    out: Path = field(default=Path("evoharness-run"), metadata={"help": "output folder"})
+    model: str | None = field(default=None, metadata={"help": "local model folder (local) or model name (openai)"})
+    base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "OpenAI-compatible endpoint"})
+    max_steps: int | None = field(default=None, metadata={"help": "model calls per episode (default: the environment's budget)"})
+    model_max_steps: int = field(default=40, metadata={"help": "model calls per episode of the local and openai policies when max_steps is not set"})
+    max_new_tokens: int = field(default=96, metadata={"help": "reply length of the local policy"})
+    epsilon: float = field(default=0.1, metadata={"help": "mistake rate of the noisy expert"})
+    window: int = field(default=12, metadata={"help": "recent messages kept by the append and bpe harnesses"})
+    note: str | None = field(default=None, metadata={"help": "a line for the top of the report"})
+
+    def __post_init__(self) -> None:
+        for p in self.policies:
+            if p not in POLICIES:
+                raise UserError(f"unknown policy {p!r}; choose from {', '.join(POLICIES)}")
+        for h in self.harnesses:
+            if h not in ("none", "append", "bpe"):
+                raise UserError(f"unknown harness {h!r}; choose from none, append, bpe")
+        if self.episodes < 1:
+            raise UserError("episodes must be at least 1")
+        if "openai" in self.policies and not self.model:
+            raise UserError("the openai policy needs --model NAME (and --base-url for the endpoint)")
+        self.out = Path(self.out)
+
+
+class _Counted:
+    """Calls `tick` after each model call of the wrapped policy (progress bars)."""
+
+    def __init__(self, policy: Policy, tick: Callable[[], None]) -> None:
+        self.policy, self.tick = policy, tick
+
+    def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
+        reply = self.policy.complete(messages, tools)
+        self.tick()
+        return reply
+
+
+def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy], seed: int = 0) -> Policy:
+    """A policy of `kind` for one episode of `env` (model-backed ones are built once and reused)."""
+    from ..policies import ExpertPolicy, NoisyExpertPolicy  # noqa: PLC0415
+
+    if kind == "expert":
+        return ExpertPolicy(env)
+    if kind == "noisy":
+        return NoisyExpertPolicy(env, epsilon=config.epsilon, seed=seed)
+    if kind not in cache:
+        if kind == "local":
+            from ..policies.transformers import TransformersPolicy  # noqa: PLC0415
+
+            cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens)
+        else:
+            from ..policies.openai import OpenAICompatiblePolicy  # noqa: PLC0415
+
+            cache[kind] = OpenAICompatiblePolicy(str(config.model), config.base_url)
+    return cache[kind]
+
+
+class _Progress:
+    """rich progress bars when rich is installed, else one printed line per episode."""
+
+    def __init__(self, total: int) -> None:
+        try:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+        except ImportError:
+            self.rich = None
+        else:
+            self.rich = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self.rich.start()
+            self.all = self.rich.add_task("episodes", total=total)
+        self.current: Any = None
+
+    def start(self, label: str, budget: int) -> Callable[[], None]:
+        if self.rich is None:
+            return lambda: None
+        self.current = self.rich.add_task(label, total=budget)
+        return lambda: self.rich.advance(self.current)  # type: ignore[union-attr]
+
+    def end(self, label: str, row: dict[str, Any]) -> None:
+        line = f"{label}: {'success' if row['success'] else 'failure'}, {row['steps']} steps, {row['invalid_actions']} invalid"
+        if self.rich is None:
+            print(line, flush=True)
+            return
+        self.rich.update(self.current, total=row["model_calls"], completed=row["model_calls"], description=line)
+        self.rich.advance(self.all)
+
+    def skip(self, label: str, reason: str) -> None:
+        line = f"{label}: skipped ({reason})"
+        if self.rich is None:
+            print(line, flush=True)
+            return
+        self.rich.update(self.current, description=line)
+        self.rich.advance(self.all, 1)
+
+    def close(self) -> None:
+        if self.rich is not None:
+            self.rich.stop()
+
+
+def run_suite(config: RunConfig) -> dict[str, Any]:
+    """Run every combination; write traces, metrics and the report; return the metrics."""
+    runners = {f: load_framework(f) for f in config.frameworks}
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("traces.jsonl", "metrics.json", "report.md", *PLOTS):
+        if (out / name).exists():
+            os.remove(out / name)
+    combos = [(e, p, h, f) for e in config.envs for p in config.policies for h in config.harnesses for f in config.frameworks]
+    progress = _Progress(len(combos) * config.episodes)
+    store = SQLiteExperienceStore(out / "experience.db")
+    cache: dict[str, Policy] = {}
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    envs: dict[str, Any] = {}
+    try:
+        with TraceWriter(out / "traces.jsonl") as writer:
+            for env_name, kind, harness, framework in combos:
+                env = envs.get(env_name) or envs.setdefault(env_name, make_env(env_name, config.difficulty))
+                budget = int(getattr(env, "step_budget", 200))
+                max_steps = config.max_steps or (budget if kind in ("expert", "noisy") else min(budget, config.model_max_steps))
+                for episode in range(config.episodes):
+                    seed = config.seed + episode
+                    label = f"{env_name} {kind} {harness} {framework} seed {seed}"
+                    policy = _Counted(make_policy(kind, env, config, cache, seed), progress.start(label, max_steps))
+                    episode_config = EpisodeConfig(harness=harness, seed=seed, max_steps=max_steps, window=config.window,  # type: ignore[arg-type]
+                                                   namespace=("evoharness", env_name, kind))
+                    try:
+                        trace = runners[framework](env, policy, store, episode_config)
+                    except UserError as exc:  # e.g. a framework without this harness: skip the combination
+                        skipped.append(f"{env_name} / {kind} / {harness} / {framework}: {exc}")
+                        progress.skip(label, str(exc))
+                        break
+                    trace.metadata.setdefault("seed", seed)
+                    trace.metadata.setdefault("difficulty", config.difficulty)
+                    trace.metadata["policy"] = kind
+                    writer.write(trace)
+                    row = episode_metrics(trace, policy=kind)
+                    rows.append(row)
+                    progress.end(label, row)
+    finally:
+        progress.close()
+        store.close()
+        for env in envs.values():
+            close = getattr(env, "close", None)
+            if close:
+                close()
+    data = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()},
+            "note": config.note, "skipped": skipped, "summary": summarize(rows), "episodes": rows}
+    (out / "metrics.json").write_text(json.dumps(data, indent=1), "utf-8")
+    write_report(out)
+    return data

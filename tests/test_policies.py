@@ -1,0 +1,141 @@
+"""Policies: tool-call parsing, the noisy expert, the OpenAI-compatible client on a local server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import pytest
+
+from evoharness_bpe.envs import make_env
+from evoharness_bpe.frameworks import EpisodeConfig
+from evoharness_bpe.policies import ExpertPolicy, NoisyExpertPolicy, OpenAICompatiblePolicy, parse_tool_calls, tools_system_prompt
+from evoharness_bpe.policies.openai import PolicyError
+from evoharness_bpe.runner.core import run_episode
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('<tool_call>\n{"name": "wait", "arguments": {"seconds": 3}}\n</tool_call>', [("wait", {"seconds": 3})]),
+        ('<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"x": 1}}', [("a", {}), ("b", {"x": 1})]),
+        ('Sure!\n```json\n{"name": "act", "arguments": "{\\"command\\": \\"look\\"}"}\n```', [("act", {"command": "look"})]),
+        ('{"name": "fetch_page", "arguments": {"page": 2,', [("fetch_page", {"page": 2})]),  # cut off by the token limit
+        ('<tool_call>{"name": "act", "parameters": {"command": "go \\"north\\""}}</tool_call>', [("act", {"command": 'go "north"'})]),
+        ("I will now fetch the first page.", []),
+        ('<tool_call>{"name": </tool_call>', []),
+        ("", []),
+    ],
+)
+def test_parse_tool_calls(text: str, expected: list[tuple[str, dict[str, Any]]]) -> None:
+    calls = parse_tool_calls(text)
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == expected
+
+
+def test_tools_system_prompt_has_specs_and_a_concrete_example() -> None:
+    env = make_env("crm-migration", 1)
+    text = tools_system_prompt("Be brief.", env.tools())
+    assert text.startswith("Be brief.") and '"name":"submit_batch"' in text
+    assert '{"name": "fetch_page", "arguments": {"page": 1}}' in text
+
+
+@pytest.mark.parametrize("name", ["crm-migration", "compliance-review"])
+def test_noisy_expert_makes_mistakes_and_recovers(name: str) -> None:
+    env = make_env(name, 2)
+    policy = NoisyExpertPolicy(env, epsilon=0.25, seed=3)
+    trace = run_episode(env, policy, None, EpisodeConfig(harness="bpe", seed=5, max_steps=env.step_budget * 2))
+    assert policy.mistakes > 3
+    assert trace.outcome.success and trace.outcome.info["invalid_actions"] >= policy.mistakes // 2
+    notes = [e for e in trace.meta_actions if e.name == "note" and e.ok]
+    assert any("JSON" in json.loads(e.arguments)["text"] for e in notes), "a pitfall is noted after a rejection"
+
+
+def test_expert_uses_meta_actions_only_when_offered() -> None:
+    env = make_env("crm-migration", 2)
+    bpe = run_episode(env, ExpertPolicy(env), None, EpisodeConfig(harness="bpe", seed=1, max_steps=env.step_budget, window=4))
+    kinds = {e.name for e in bpe.meta_actions}
+    assert kinds == {"track", "commit", "recall", "note"}
+    assert bpe.meta_actions[0].name == "recall"  # recalls before the first risky step
+    plain = run_episode(env, ExpertPolicy(env), None, EpisodeConfig(harness="none", seed=1, max_steps=env.step_budget))
+    assert plain.outcome.success and not plain.meta_actions
+    names = {c["function"]["name"] for m in plain.messages for c in m.get("tool_calls") or []}
+    assert not names & kinds
+
+
+class _Server:
+    """A tiny OpenAI-compatible endpoint on 127.0.0.1 whose replies come from a function."""
+
+    def __init__(self, answer) -> None:  # type: ignore[no-untyped-def]
+        self.requests: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                status, payload = answer(body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    servers: list[_Server] = []
+
+    def start(answer):  # type: ignore[no-untyped-def]
+        servers.append(_Server(answer))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def test_openai_policy_plays_an_episode_through_a_local_server(server) -> None:  # type: ignore[no-untyped-def]
+    env = make_env("compliance-review", 1)
+    expert = ExpertPolicy(env)
+
+    def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        reply = expert.complete(body["messages"], body["tools"])
+        return 200, {"choices": [{"message": reply}], "usage": {"prompt_tokens": 10}}
+
+    srv = server(answer)
+    policy = OpenAICompatiblePolicy("served-model", srv.url, api_key="k")
+    trace = run_episode(env, policy, None, EpisodeConfig(harness="bpe", seed=2, max_steps=env.step_budget))
+    assert trace.outcome.success
+    first = srv.requests[0]
+    assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer k"
+    assert first["body"]["model"] == "served-model" and {t["function"]["name"] for t in first["body"]["tools"]} >= {"decide", "commit"}
+    assert len(policy.usage) == len(trace.model_calls)
+
+
+def test_openai_policy_parses_text_calls_and_reports_errors(server) -> None:  # type: ignore[no-untyped-def]
+    srv = server(lambda body: (200, {"choices": [{"message": {"role": "assistant", "content": '<tool_call>{"name": "finish", "arguments": {}}</tool_call>'}}]}))
+    reply = OpenAICompatiblePolicy("m", srv.url).complete([{"role": "user", "content": "hi"}], make_env("crm-migration", 1).tools())
+    assert reply["tool_calls"][0]["function"] == {"name": "finish", "arguments": "{}"}
+    garbage = server(lambda body: (200, {"unexpected": True}))
+    text = OpenAICompatiblePolicy("m", garbage.url).complete([{"role": "user", "content": "hi"}], [])
+    assert "tool_calls" not in text and "unexpected" in text["content"]
+    refused = server(lambda body: (400, {"error": "bad model"}))
+    with pytest.raises(PolicyError, match="400"):
+        OpenAICompatiblePolicy("m", refused.url, retries=0).complete([{"role": "user", "content": "hi"}], [])
+    with pytest.raises(PolicyError, match="failed after 1 attempts"):
+        OpenAICompatiblePolicy("m", "http://127.0.0.1:9/v1", retries=0, timeout=2).complete([], [])
