@@ -90,14 +90,14 @@ def tokens_part(figures: Path | None) -> None:
         print(f"wrote {figures / 'crm_prompt_tokens_per_step.png'}")
 
 
-def model_part(seeds: int, max_steps: int) -> None:
+def model_part(seeds: int, max_steps: int, envs: list[str]) -> None:
     from evoharness_bpe.policies import TransformersPolicy
 
     print(f"\n## embedded SmolLM2-135M-Instruct, raw ({seeds} seed(s), {max_steps} model calls, difficulty 1)")
     policy = TransformersPolicy()
     print("| env | harness | success | env steps | invalid actions | calls with a valid tool call | s/call |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for name in ENVS:
+    for name in envs:
         env = make_env(name, 1)
         for harness in ("none", "append", "bpe"):
             wins = steps = invalid = calls = valid = 0
@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--tw-seeds", type=int, default=10)
     parser.add_argument("--model-seeds", type=int, default=1)
     parser.add_argument("--model-steps", type=int, default=8)
+    parser.add_argument("--model-envs", default=",".join(ENVS))
     parser.add_argument("--parts", default="expert,tokens,model")
     parser.add_argument("--figures", type=Path, default=Path("docs/figures"))
     args = parser.parse_args()
@@ -129,7 +130,7 @@ def main() -> None:
     if "tokens" in parts:
         tokens_part(args.figures)
     if "model" in parts:
-        model_part(args.model_seeds, args.model_steps)
+        model_part(args.model_seeds, args.model_steps, args.model_envs.split(","))
 
 
 if __name__ == "__main__":

@@ -26,13 +26,30 @@ from evoharness_bpe.runner.core import run_episode
         ('{"name": "fetch_page", "arguments": {"page": 2,', [("fetch_page", {"page": 2})]),  # cut off by the token limit
         ('<tool_call>{"name": "act", "parameters": {"command": "go \\"north\\""}}</tool_call>', [("act", {"command": 'go "north"'})]),
         ("I will now fetch the first page.", []),
+        ('<tool_call>\n{"name": "act", "arguments": {"command": "put "mug 1""}}\n</tool_call>', [("act", None)]),
         ('<tool_call>{"name": </tool_call>', []),
         ("", []),
     ],
 )
 def test_parse_tool_calls(text: str, expected: list[tuple[str, dict[str, Any]]]) -> None:
     calls = parse_tool_calls(text)
-    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == expected
+    assert [(c["name"], _loads(c["arguments"])) for c in calls] == expected
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None  # kept as written: the tool answers that it is not valid JSON
+
+
+def test_broken_arguments_reach_the_environment_as_a_readable_error() -> None:
+    env = make_env("crm-migration", 1)
+    [call] = parse_tool_calls('<tool_call>\n{"name": "fetch_page", "arguments": {"page": "1"2}}\n</tool_call>', {"fetch_page"})
+    assert call["arguments"] == '{"page": "1"2}'
+    result = env.step(call)
+    assert result.info["invalid"] and "not valid JSON" in result.observation
+    assert parse_tool_calls('{"name": "rm -rf", "arguments": {oops', {"fetch_page"}) == []
 
 
 def test_tools_system_prompt_has_specs_and_a_concrete_example() -> None:

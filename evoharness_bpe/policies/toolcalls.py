@@ -16,6 +16,7 @@ __all__ = ["tools_system_prompt", "parse_tool_calls"]
 
 _TAG_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+_NAME_RE = re.compile(r'"name"\s*:\s*"([^"]+)"(?:\s*,\s*"(?:arguments|parameters)"\s*:\s*(.*))?', re.S)
 
 
 _EXAMPLE_VALUES: dict[str, Any] = {"integer": 1, "number": 1, "string": "...", "array": [], "boolean": True, "object": {}}
@@ -104,7 +105,10 @@ def _as_call(value: Any, known: set[str] | None) -> dict[str, Any] | None:
 
 
 def parse_tool_calls(text: str, tool_names: set[str] | None = None) -> list[dict[str, Any]]:
-    """The ``{"name", "arguments": <JSON text>}`` calls in a model reply (empty if none parse)."""
+    """The ``{"name", "arguments": <JSON text>}`` calls in a model reply (empty if none is found).
+
+    A call whose arguments are broken JSON keeps them as written, for the tool to reject readably.
+    """
     if not text:
         return []
     chunks = [m.group(1) for m in _TAG_RE.finditer(text)] or [m.group(1) for m in _FENCE_RE.finditer(text)] or [text]
@@ -115,4 +119,11 @@ def parse_tool_calls(text: str, tool_names: set[str] | None = None) -> list[dict
             if call is not None:
                 calls.append(call)
                 break  # one call per tag or chunk
+        else:
+            # broken JSON around a known tool name: keep the call with its raw arguments, so the
+            # environment answers with what is wrong instead of the reply counting as no call
+            match = _NAME_RE.search(chunk)
+            if match and (tool_names is None or match.group(1) in tool_names):
+                raw = (match.group(2) or "{}").strip()
+                calls.append({"name": match.group(1), "arguments": raw[:-1].rstrip() if raw.endswith("}") else raw})
     return calls
