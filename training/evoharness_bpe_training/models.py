@@ -26,6 +26,18 @@ def smollm2_gguf_dir() -> Path:
     return folder
 
 
+def _trainable(model: Any) -> Any:
+    """A model loaded from GGUF, unmarked as quantized: its weights are already dequantized to `dtype`.
+
+    transformers keeps the GGUF quantizer on the model, and its trainer refuses to train any
+    model that carries one.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
+    return model
+
+
 def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: str | None = None, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for `name`: ``tiny``, ``smollm2-135m``, or a local model folder.
 
@@ -49,7 +61,7 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
             model, tokenizer = build_tiny_model(cache_dir)
     elif name in ("smollm2-135m", "smollm2"):
         folder = smollm2_gguf_dir()
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype)
+        model = _trainable(AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype))
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
         tokenizer.chat_template = qwen3_chat_template()
     else:
@@ -61,6 +73,8 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
             )
         kwargs = {"gguf_file": gguf_file} if gguf_file else {}
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+        if gguf_file:
+            model = _trainable(model)
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
