@@ -95,6 +95,12 @@ def framework_traces() -> list[Trace]:
 
 
 @pytest.fixture
+def run_expert():
+    """`expert_run(framework, seed, max_steps=200)`: the expert on crm-migration through a runner."""
+    return expert_run
+
+
+@pytest.fixture
 def workspace_trace() -> Trace:
     """A core-runner episode of the locker environment with a scripted expert."""
     return run_core(LockerEnv(2), ScriptedPolicy(expert_script(2), final="All open."), seed=7)
