@@ -14,8 +14,10 @@ each, the success rate and the meta-action calls per episode:
 
 All three stages see the prompt the fine-tuning data was rendered with (the chat template with a
 tool section that `load_model_and_tokenizer` gives SmolLM2). Held-out seeds (from 10_000 up)
-never appear in training (seeds from 0 up). Not run in CI: on 2 CPU cores the defaults take
-about half an hour.
+never appear in training (seeds from 0 up). Not run in CI: the defaults (one held-out episode
+cut at four model calls, six SFT steps, one GRPO step) took 27 minutes on 2 loaded CPU cores;
+a ~2,300-token prompt costs SmolLM2 about a minute per reply there. Figures:
+docs/benchmarks.md, Training.
 """
 
 from __future__ import annotations
@@ -89,15 +91,15 @@ def main() -> None:
     parser.add_argument("--env", default="crm-migration", help="built-in environment name")
     parser.add_argument("--difficulty", type=int, default=1)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--train-episodes", type=int, default=4, help="expert episodes recorded for SFT")
-    parser.add_argument("--eval-episodes", type=int, default=3, help="held-out episodes per stage")
-    parser.add_argument("--max-steps", type=int, default=40, help="model calls per evaluation episode")
+    parser.add_argument("--train-episodes", type=int, default=2, help="expert episodes recorded for SFT")
+    parser.add_argument("--eval-episodes", type=int, default=1, help="held-out episodes per stage")
+    parser.add_argument("--max-steps", type=int, default=4, help="model calls per evaluation episode")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--sft-steps", type=int, default=40)
+    parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--sft-max-length", type=int, default=3072)
-    parser.add_argument("--grpo-steps", type=int, default=2)
-    parser.add_argument("--grpo-completion-length", type=int, default=384)
-    parser.add_argument("--grpo-tool-iterations", type=int, default=6)
+    parser.add_argument("--grpo-steps", type=int, default=1)
+    parser.add_argument("--grpo-completion-length", type=int, default=128)
+    parser.add_argument("--grpo-tool-iterations", type=int, default=2)
     parser.add_argument("--stages", default="raw,sft,grpo", help="comma-separated stages to evaluate")
     parser.add_argument("--out", type=Path, default=Path("runs/miniature"))
     args = parser.parse_args()

@@ -112,3 +112,11 @@ def test_package_import_stays_light() -> None:
     code = "import sys, evoharness_bpe_training; print(' '.join(m for m in ('torch', 'trl', 'transformers', 'datasets', 'vllm') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_miniature_script_documents_itself() -> None:
+    import subprocess
+
+    script = Path(__file__).parents[2] / "examples" / "reproduce_miniature.py"
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, check=True)
+    assert "--sft-steps" in out.stdout and "--stages" in out.stdout
