@@ -61,20 +61,44 @@ def _chat(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[dict
 class TransformersPolicy:
     """Greedy (or sampled) generation with a local causal LM; replies parsed into tool calls.
 
-    `model` is a local folder (a Hugging Face model directory, or one holding `gguf_file`); the
-    default is the embedded SmolLM2-135M-Instruct. `prefill` starts every reply (the opening of a
+    `model` is a local folder (a Hugging Face model directory, or one holding `gguf_file`), or a
+    model already loaded (a fine-tuned one, a PEFT model) passed with its `tokenizer`; the
+    default is the embedded SmolLM2-135M-Instruct. With `native_tools` the tokenizer's own chat
+    template renders the tool specs, calls and results (for templates with a tool section, such
+    as the one a fine-tuned model was trained with); otherwise they are written as text.
+    `chat_template_kwargs` go to the chat template (``{"enable_thinking": False}`` for Qwen3's). `prefill` starts every reply (the opening of a
     tool call by default, which keeps small models in the format); generation stops at
     ``</tool_call>``. `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
     """
 
-    def __init__(self, model: str | None = None, *, gguf_file: str | None = None, max_new_tokens: int = 96,
+    def __init__(self, model: Any = None, *, tokenizer: Any = None, gguf_file: str | None = None, max_new_tokens: int = 96,
                  temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000,
-                 prefill: str = '<tool_call>\n{"name": "', threads: int | None = None) -> None:
+                 prefill: str = '<tool_call>\n{"name": "', threads: int | None = None, native_tools: bool = False,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
         try:
             import torch  # noqa: PLC0415
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
         except ImportError as exc:
             raise UserError(f"the local policy needs torch and transformers: {INSTALL_EMBEDDED}") from exc
+        self._torch = torch
+        self.native_tools = native_tools
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.max_prompt_tokens = max_prompt_tokens
+        self.prefill = prefill
+        self.prompt_tokens: list[int] = []
+        self._calls = 0
+        if threads:
+            torch.set_num_threads(threads)
+        torch.manual_seed(seed)
+        if model is not None and not isinstance(model, (str, os.PathLike)):
+            if tokenizer is None:
+                raise UserError("a loaded model needs its tokenizer: TransformersPolicy(model, tokenizer=tokenizer)")
+            self.model, self.tokenizer = model, tokenizer
+            self.model.eval()
+            self.name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+            return
         if model is None:
             model = embedded_model_dir()
             if model is None:
@@ -87,24 +111,21 @@ class TransformersPolicy:
             if ggufs and not os.path.exists(os.path.join(model, "config.json")):
                 gguf_file = ggufs[0]
         kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
-        self._torch = torch
-        if threads:
-            torch.set_num_threads(threads)
-        torch.manual_seed(seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model, **kwargs)
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, **kwargs)
         self.model.eval()
         self.name = os.path.basename(os.path.normpath(model)) if gguf_file is None else gguf_file
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.max_prompt_tokens = max_prompt_tokens
-        self.prefill = prefill
-        self.prompt_tokens: list[int] = []
-        self._calls = 0
+
+    def _prompt_text(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> str:
+        if self.native_tools:  # the chat template renders tools, calls and results itself
+            chat = [{**m, "content": m.get("content") or ""} for m in messages]
+            return self.tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                                                      **self.chat_template_kwargs)
+        return self.tokenizer.apply_chat_template(_chat(messages, tools), add_generation_prompt=True, tokenize=False,
+                                                  **self.chat_template_kwargs)
 
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
-        chat = _chat(messages, tools)
-        text_prompt = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) + self.prefill
+        text_prompt = self._prompt_text(messages, tools) + self.prefill
         ids = self.tokenizer(text_prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
         if ids.shape[1] > self.max_prompt_tokens:  # keep the newest part; the model cannot read more
             ids = ids[:, -self.max_prompt_tokens :]

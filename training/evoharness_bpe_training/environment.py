@@ -19,7 +19,7 @@ from evoharness_bpe.exceptions import UserError
 
 from .rewards import RolloutCost
 
-__all__ = ["harness_environment"]
+__all__ = ["harness_environment", "rollout_tool_schemas"]
 
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
 
@@ -86,7 +86,8 @@ def harness_environment(
     """A TRL environment class wrapping the `Env` that `env_factory` builds.
 
     ``reset(seed=..., **row)`` starts an episode and returns the task, the first dashboard and
-    the first observation (TRL appends it to the prompt's last user message). With
+    the first observation (TRL appends it to the prompt's last user message), or nothing when
+    the row says ``opened=True``: its prompt already holds them. With
     `refresh_dashboard`, each environment tool's result is followed by the updated dashboard
     (counted in the ledger, hence in the reward's token cost).
     """
@@ -122,7 +123,7 @@ def harness_environment(
         self.done = False
         self.seed = 0
 
-    def reset(self: Any, seed: int = 0, difficulty: int | None = None, **_: Any) -> str:
+    def reset(self: Any, seed: int = 0, difficulty: int | None = None, opened: bool = False, **_: Any) -> str | None:
         level = difficulty if difficulty is not None else default_difficulty
         if level is not None and int(level) != getattr(self.env, "difficulty", None):
             try:  # a fresh env at that difficulty: difficulty may shape more than one attribute
@@ -134,7 +135,10 @@ def harness_environment(
         self.ws = Workspace(task, dashboard_tokens=dashboard_tokens)
         self.steps = self.invalid = 0
         self.done = False
-        return f"\n\n{task}\n\n{self.ws.dashboard()}\n\n{observation}".rstrip()
+        dashboard = self.ws.dashboard()  # recorded: the first dashboard is charged like every other
+        if opened:  # the row's prompt already opens the episode (`grpo.opening_prompt`)
+            return None
+        return f"\n\n{task}\n\n{dashboard}\n\n{observation}".rstrip()
 
     def rollout_cost(self: Any) -> RolloutCost:
         outcome = self.env.outcome()
@@ -176,3 +180,16 @@ def harness_environment(
     class_name = "".join(part.capitalize() for part in str(probe.name).replace("_", "-").split("-") if part) or "Env"
     return type(f"{class_name}HarnessEnvironment", (), namespace)
 
+
+
+def rollout_tool_schemas(environment_cls: type) -> list[dict[str, Any]]:
+    """The tool specs GRPO rollouts show the model: TRL renders the class's public methods, by name.
+
+    They are generated from the methods' signatures and docstrings, so their text differs from
+    the environment's own OpenAI specs; SFT rows rendered with these (their ``tools`` column)
+    see the tool section rollouts will see.
+    """
+    from transformers.utils import get_json_schema
+
+    members = inspect.getmembers(environment_cls, predicate=inspect.isfunction)
+    return [get_json_schema(fn) for name, fn in members if name not in ("reset", "get_reward") and not name.startswith("_")]

@@ -1,8 +1,9 @@
-"""Finding an environment by name: ``module:factory`` or a name registered by an installed package.
+"""Finding an environment by name: a built-in one, one an installed package registers, or ``module:Factory``.
 
-Packages register environments under the ``evoharness.envs`` entry-point group
-(``crm-migration = "evoharness_bpe.envs.crm:CRMMigrationEnv"``); each entry point is a callable
-taking ``difficulty=`` and returning an `Env`.
+Built-in names (``crm-migration``, ``compliance-review``, ``alfworld``, ``textworld``) resolve
+through the core's `evoharness_bpe.envs.make_env`. Other packages register environments under the
+``evoharness.envs`` entry-point group (``my-env = "my_pkg.envs:MyEnv"``); each entry point, like a
+``package.module:Factory``, is a callable taking ``difficulty=`` and returning an `Env`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from importlib.metadata import entry_points
 
+from evoharness_bpe.envs import ENVIRONMENTS, make_env
 from evoharness_bpe.envs.base import Env
 from evoharness_bpe.exceptions import UserError
 
@@ -21,12 +23,18 @@ ENV_ENTRY_POINT_GROUP = "evoharness.envs"
 
 
 def available_envs() -> list[str]:
-    """Names of the environments installed packages register."""
-    return sorted(ep.name for ep in entry_points(group=ENV_ENTRY_POINT_GROUP))
+    """The built-in environments and those installed packages register."""
+    return sorted({*ENVIRONMENTS, *(ep.name for ep in entry_points(group=ENV_ENTRY_POINT_GROUP))})
 
 
-def env_factory(name: str, *, difficulty: int = 1) -> Callable[[], Env]:
-    """A zero-argument factory for environment `name` at `difficulty`."""
+def env_factory(name: str, *, difficulty: int = 1) -> Callable[..., Env]:
+    """A factory for environment `name`: called bare it builds one at `difficulty`.
+
+    The factory also takes ``difficulty=`` to build the same environment at another level.
+    """
+    if name in ENVIRONMENTS:
+        make_env(name, difficulty)  # fail now, with the core's message, on a bad difficulty or a missing extra
+        return partial(make_env, name, difficulty=difficulty)
     if ":" in name:
         module, _, attr = name.partition(":")
         try:
@@ -36,7 +44,6 @@ def env_factory(name: str, *, difficulty: int = 1) -> Callable[[], Env]:
     else:
         found = [ep for ep in entry_points(group=ENV_ENTRY_POINT_GROUP) if ep.name == name]
         if not found:
-            known = ", ".join(available_envs()) or "none installed"
-            raise UserError(f"unknown environment {name!r} (registered: {known}); or pass `package.module:Factory`")
+            raise UserError(f"unknown environment {name!r} (available: {', '.join(available_envs())}); or pass `package.module:Factory`")
         target = found[0].load()
     return partial(target, difficulty=difficulty)

@@ -16,14 +16,18 @@ import json
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-from .episodes import system_prompt
 from .rewards import CostWeights
 
-__all__ = ["CostAwareGRPOConfig", "GRPOResult", "run_grpo", "rollout_dataset"]
+CHAT_TEMPLATE_KWARGS: dict[str, Any] = {"enable_thinking": False}
+"""What the chat template gets when a reply is generated: Qwen3's renders a past reply after an
+empty ``<think>`` block, so generation starts after one too (templates without the flag ignore it)."""
+
+__all__ = ["CHAT_TEMPLATE_KWARGS", "CostAwareGRPOConfig", "GRPOResult", "run_grpo", "rollout_dataset", "opening_prompt"]
 
 
 @dataclass
@@ -139,6 +143,8 @@ class CostAwareGRPOConfig:
             report_to=self.report_to,
             use_cpu=not torch.cuda.is_available(),
             dataloader_num_workers=0,
+            # Rollouts open with the empty think block that fine-tuning rendered before each reply.
+            chat_template_kwargs=dict(CHAT_TEMPLATE_KWARGS),
             **vllm,
         )
 
@@ -153,20 +159,43 @@ class GRPOResult:
     episodes: list[dict[str, Any]]
 
 
-def rollout_dataset(config: CostAwareGRPOConfig):  # -> datasets.Dataset
-    """One row per (difficulty, seed): the system prompt and an empty user turn TRL's `reset` fills."""
+def opening_prompt(env: Any, seed: int, *, dashboard_tokens: int = 600) -> list[dict[str, str]]:
+    """The first prompt of an episode exactly as the core runner (``bpe`` harness) shows it.
+
+    The system prompt with the empty workspace's dashboard, then the task and the first
+    observation: rollouts start from the prompts fine-tuning saw in expert traces.
+    """
+    from evoharness_bpe import Workspace
+    from evoharness_bpe.runner.core import PROMPTS
+
+    task, observation = env.reset(seed)
+    dashboard = Workspace(task, dashboard_tokens=dashboard_tokens).dashboard(record=False)
+    return [
+        {"role": "system", "content": f"{PROMPTS['system']}\n\n{PROMPTS['bpe']}\n\n{dashboard}"},
+        {"role": "user", "content": f"{task}\n\n{observation}"},
+    ]
+
+
+def rollout_dataset(config: CostAwareGRPOConfig, env_factory: Callable[..., Any]):  # -> datasets.Dataset
+    """One row per (difficulty, seed): that episode's opening prompt; `reset` replays the seed."""
     from datasets import Dataset
 
-    rows = [
-        {
-            "prompt": [{"role": "system", "content": system_prompt()}, {"role": "user", "content": "Task:"}],
-            "seed": seed,
-            "difficulty": level,
-        }
-        for level in config.difficulty_levels()
-        for seed in range(config.seeds)
-    ]
+    rows = []
+    for level in config.difficulty_levels():
+        env = _at_difficulty(env_factory, level)
+        for seed in range(config.seeds):
+            prompt = opening_prompt(env, seed, dashboard_tokens=config.dashboard_tokens)
+            rows.append({"prompt": prompt, "seed": seed, "difficulty": level, "opened": True})
     return Dataset.from_list(rows)
+
+
+def _at_difficulty(env_factory: Callable[..., Any], level: int) -> Any:
+    try:
+        return env_factory(difficulty=level)
+    except TypeError:  # a factory without the keyword: the level set on the instance
+        env = env_factory()
+        env.difficulty = level
+        return env
 
 
 class _EpisodeLog:
@@ -232,7 +261,7 @@ def run_grpo(config: CostAwareGRPOConfig, *, env_factory=None, model: Any = None
         model=model,
         reward_funcs=[make_cost_aware_reward(config.weights(), on_rollouts=log)],
         args=config.grpo_config(),
-        train_dataset=rollout_dataset(config),
+        train_dataset=rollout_dataset(config, env_factory),
         processing_class=tokenizer,
         peft_config=peft_config,
         environment_factory=environment_cls,

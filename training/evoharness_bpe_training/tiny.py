@@ -36,11 +36,12 @@ def qwen3_chat_template() -> str:
 
 def _corpus(extra: Iterable[str]) -> list[str]:
     from evoharness_bpe import Workspace
+    from evoharness_bpe.runner.core import PROMPTS
 
     ws = Workspace("Migrate customer records in batches", subgoals=["batch 1", "batch 2"])
     texts = [json.dumps(t) for t in ws.openai_tools()]
     texts.append(ws.dashboard(record=False))
-    texts.append((Path(__file__).parent / "prompts" / "system.txt").read_text("utf-8"))
+    texts += list(PROMPTS.values())
     texts += [
         '<tool_call>\n{"name": "track", "arguments": {"key": "api.rate_limit", "value": "5/s"}}\n</tool_call>',
         '{"name": "commit", "arguments": {"subgoal": "batch 1", "status": "done"}}',
@@ -83,6 +84,7 @@ def build_tiny_model(
     layers: int = 2,
     vocab_size: int = 1024,
     seed: int = 0,
+    initializer_range: float = 0.02,
 ):
     """A random `Qwen3ForCausalLM` and its tokenizer; saved to `out_dir` when given.
 
@@ -107,6 +109,7 @@ def build_tiny_model(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
+        initializer_range=initializer_range,
     )
     model = Qwen3ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -1,4 +1,4 @@
-"""Shared fixtures: a small `Env`, expert traces from three sources, and the tiny model."""
+"""Shared fixtures: a small `Env`, expert traces from the real framework runners, and the tiny model."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from evoharness_bpe import ModelCall, Outcome, Trace, Workspace
+from evoharness_bpe import Trace
+from evoharness_bpe.envs import make_env
 from evoharness_bpe.envs.base import EnvOutcome, StepResult
+from evoharness_bpe.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.policies import ExpertPolicy
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 
 
@@ -71,50 +74,36 @@ def expert_script(difficulty: int) -> list[Any]:
     return script
 
 
-def _framework_trace(framework: str, episode: int, success: bool = True) -> Trace:
-    """A trace as an integration records it: its own episode, every model call's prompt and reply."""
-    ws = Workspace("Open lockers 1 to 2 in order.", subgoals=["locker 1", "locker 2"])
-    env = LockerEnv(2)
-    tools = ws.openai_tools() + env.tools()
-    history: list[dict[str, Any]] = [{"role": "user", "content": f"Open lockers 1 to 2 in order. ({framework} {episode})"}]
-    calls = []
-    script = [
-        tool_call("commit", {"subgoal": "locker 1", "status": "doing"}, f"c{episode}a"),
-        tool_call("open_locker", {"number": 1}, f"c{episode}b"),
-        tool_call("open_locker", {"number": 2}, f"c{episode}c"),
-    ]
-    for reply in script:
-        prompt = [{"role": "system", "content": f"instructions\n\n{ws.dashboard()}"}, *history]
-        calls.append(ModelCall(messages=prompt, response=reply))
-        history.append(reply)
-        call = reply["tool_calls"][0]
-        name, args = call["function"]["name"], call["function"]["arguments"]
-        content = ws.act(name, args).content if name == "commit" else env.step({"name": name, "arguments": args}).observation
-        history.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-    ws.finish(success)
-    trace = ws.trace(messages=history, outcome=Outcome(success=success), framework=framework, env="lockers", tools=tools)
-    trace.model_calls = calls
-    return trace
+def run_core(env: Any, policy: Any, seed: int = 0, max_steps: int = 30) -> Trace:
+    """One episode through the core runner with the BPE harness."""
+    return load_framework("core")(env, policy, None, EpisodeConfig(seed=seed, max_steps=max_steps))
+
+
+def expert_run(framework: str, seed: int, *, max_steps: int = 200) -> Trace:
+    """The scripted expert on crm-migration (difficulty 1) through `framework`'s runner."""
+    env = make_env("crm-migration", 1)
+    return load_framework(framework)(env, ExpertPolicy(env), None, EpisodeConfig(seed=seed, max_steps=max_steps))
+
+
+@pytest.fixture(scope="session")
+def framework_traces() -> list[Trace]:
+    """Real expert episodes: two through LangGraph, two through LlamaIndex, and one cut short (failed)."""
+    traces = [expert_run("langgraph", 0), expert_run("langgraph", 1), expert_run("llamaindex", 2), expert_run("llamaindex", 3)]
+    traces.append(expert_run("langgraph", 4, max_steps=3))
+    assert all(t.outcome.success for t in traces[:-1]) and not traces[-1].outcome.success
+    return traces
 
 
 @pytest.fixture
-def framework_traces() -> list[Trace]:
-    """Two LangGraph-style and two LlamaIndex-style episodes, plus one failed episode."""
-    return [
-        _framework_trace("langgraph", 0),
-        _framework_trace("langgraph", 1),
-        _framework_trace("llamaindex", 2),
-        _framework_trace("llamaindex", 3),
-        _framework_trace("langgraph", 4, success=False),
-    ]
+def run_expert():
+    """`expert_run(framework, seed, max_steps=200)`: the expert on crm-migration through a runner."""
+    return expert_run
 
 
 @pytest.fixture
 def workspace_trace() -> Trace:
-    """A real core episode: `run_bpe_episode` with a scripted expert."""
-    from evoharness_bpe_training.episodes import run_bpe_episode
-
-    return run_bpe_episode(LockerEnv(2), ScriptedPolicy(expert_script(2), final="All open."), seed=7)
+    """A core-runner episode of the locker environment with a scripted expert."""
+    return run_core(LockerEnv(2), ScriptedPolicy(expert_script(2), final="All open."), seed=7)
 
 
 @pytest.fixture(scope="session")
@@ -134,9 +123,5 @@ def locker_env_cls():
 
 @pytest.fixture(scope="session")
 def sft_traces() -> list[Trace]:
-    """Expert traces for training: two framework-recorded episodes and two core episodes."""
-    from evoharness_bpe_training.episodes import run_bpe_episode
-
-    traces = [_framework_trace("langgraph", 0), _framework_trace("llamaindex", 1)]
-    traces += [run_bpe_episode(LockerEnv(1), ScriptedPolicy(expert_script(1)), seed=s) for s in range(2)]
-    return traces
+    """Expert traces of the locker environment for training, recorded by the core runner."""
+    return [run_core(LockerEnv(n), ScriptedPolicy(expert_script(n)), seed=s) for s, n in ((0, 1), (1, 1), (2, 2), (3, 2))]

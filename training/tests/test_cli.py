@@ -17,7 +17,7 @@ from evoharness_bpe_training.presets import PRESETS, accelerate_config_path, get
 from evoharness_bpe_training.sft import SFTRecipeConfig
 
 
-def test_train_commands_show_progress_and_write_metrics(sft_traces, tmp_path, capfd, monkeypatch, locker_env_cls) -> None:
+def test_train_commands_show_progress_and_write_metrics(sft_traces, tmp_path, capfd) -> None:
     traces = tmp_path / "traces.jsonl"
     with TraceWriter(traces) as writer:
         for trace in sft_traces:
@@ -32,12 +32,9 @@ def test_train_commands_show_progress_and_write_metrics(sft_traces, tmp_path, ca
     assert json.loads((sft_out / "metrics.json").read_text())["train_loss"] > 0
     assert json.loads((sft_out / "recipe.json").read_text())["max_steps"] == 1
 
-    module = types.ModuleType("cli_lockers")
-    module.LockerEnv = locker_env_cls
-    monkeypatch.setitem(sys.modules, "cli_lockers", module)
     grpo_out = tmp_path / "grpo"
-    assert main(["train", "grpo", "--preset", "tiny", "--env", "cli_lockers:LockerEnv", "--adapter", str(sft_out / "adapter"),
-                 "--output-dir", str(grpo_out), "--max-steps", "1", "--lam", "0.05", "--charge-on-success-only"]) == 0
+    assert main(["train", "grpo", "--preset", "tiny", "--env", "crm-migration", "--adapter", str(sft_out / "adapter"),
+                 "--output-dir", str(grpo_out), "--max-steps", "1", "--seeds", "2", "--lam", "0.05", "--charge-on-success-only"]) == 0
     captured = capfd.readouterr()
     assert "1/1 [" in captured.err and "meta-action calls per episode" in captured.out
     metrics = json.loads((grpo_out / "metrics.json").read_text())
@@ -45,6 +42,25 @@ def test_train_commands_show_progress_and_write_metrics(sft_traces, tmp_path, ca
     recipe = json.loads((grpo_out / "recipe.json").read_text())
     assert recipe["lam"] == 0.05 and recipe["charge_on_success_only"] is True
     assert (grpo_out / "episodes.jsonl").exists() and (grpo_out / "harness_evolution.png").exists()
+    # the rollouts opened crm-migration episodes (built in, through make_env) with the core runner's prompt
+    assert all(json.loads(line)["difficulty"] == 1 for line in (grpo_out / "episodes.jsonl").read_text().splitlines())
+
+
+def test_environments_resolve_by_built_in_name_entry_point_or_module(monkeypatch, locker_env_cls) -> None:
+    from evoharness_bpe.envs.crm import CRMMigrationEnv
+    from evoharness_bpe_training.envs import available_envs, env_factory
+
+    crm = env_factory("crm-migration", difficulty=2)
+    assert isinstance(crm(), CRMMigrationEnv) and crm().difficulty == 2 and crm(difficulty=1).difficulty == 1
+    assert {"crm-migration", "compliance-review", "alfworld", "textworld"} <= set(available_envs())
+    module = types.ModuleType("cli_lockers")
+    module.LockerEnv = locker_env_cls
+    monkeypatch.setitem(sys.modules, "cli_lockers", module)
+    assert env_factory("cli_lockers:LockerEnv", difficulty=3)().difficulty == 3
+    with pytest.raises(UserError, match="cannot load environment"):
+        env_factory("cli_lockers:Nope")
+    with pytest.raises(UserError, match="difficulty"):
+        env_factory("crm-migration", difficulty=9)
 
 
 def test_qwen3_8b_preset_builds_without_a_gpu(capsys) -> None:
@@ -96,3 +112,11 @@ def test_package_import_stays_light() -> None:
     code = "import sys, evoharness_bpe_training; print(' '.join(m for m in ('torch', 'trl', 'transformers', 'datasets', 'vllm') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_miniature_script_documents_itself() -> None:
+    import subprocess
+
+    script = Path(__file__).parents[2] / "examples" / "reproduce_miniature.py"
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, check=True)
+    assert "--sft-steps" in out.stdout and "--stages" in out.stdout

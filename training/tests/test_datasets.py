@@ -12,15 +12,36 @@ from evoharness_bpe_training.datasets import export_dataset, normalize_message, 
 
 
 def test_frameworks_mix_into_one_dataset(framework_traces, workspace_trace) -> None:
+    """Real LangGraph and LlamaIndex runs of the expert, plus a core run, in one dataset."""
     traces = [*framework_traces, workspace_trace]
-    ds = traces_to_sft_dataset(traces, eval_fraction=0.0)
+    ds = traces_to_sft_dataset(traces, eval_fraction=0.0, deduplicate=False)  # episodes of one runner open alike
     rows = list(ds["train"])
     assert {r["framework"] for r in rows} == {"langgraph", "llamaindex", "core"}
-    # one row per model call of each successful episode; the failed langgraph episode is dropped
+    # one row per model call of each successful episode, in order, prompt exactly as the model received it
     successful = [t for t in traces if t.outcome.success]
     assert len(rows) == sum(len(t.model_calls) for t in successful)
+    for trace in successful:
+        mine = [r for r in rows if r["episode_id"] == trace.episode_id]
+        assert [r["prompt"] for r in mine] == [[normalize_message(m) for m in call.messages] for call in trace.model_calls]
+        assert [r["completion"][0] for r in mine] == [normalize_message(call.response) for call in trace.model_calls]
+        assert all(json.loads(r["tools"]) == trace.tools for r in mine)
     assert framework_traces[-1].episode_id not in {r["episode_id"] for r in rows}
     assert len(ds["eval"]) == 0
+
+
+def test_the_tool_call_format_does_not_depend_on_the_framework(run_expert) -> None:
+    """The same expert episode through each runner gives the same completions, call for call."""
+    rows = {fw: traces_to_sft_dataset([run_expert(fw, 0)], eval_fraction=0.0, deduplicate=False)["train"]
+            for fw in ("core", "langgraph", "llamaindex")}
+    completions = {fw: [r["completion"] for r in ds] for fw, ds in rows.items()}
+    assert len(completions["core"]) > 5
+    assert completions["langgraph"] == completions["core"] == completions["llamaindex"]
+    for (reply,) in completions["core"]:
+        (call,) = reply["tool_calls"]
+        assert set(reply) == {"role", "content", "tool_calls", "tool_call_id", "name"} and reply["content"] == ""
+        assert call["type"] == "function" and isinstance(json.loads(call["function"]["arguments"]), dict)
+    # the prompts are each framework's own (system prompts differ), recorded as the model saw them
+    assert rows["langgraph"][0]["prompt"] != rows["core"][0]["prompt"]
 
 
 def test_row_is_exactly_the_prompt_and_reply(workspace_trace) -> None:
@@ -44,9 +65,11 @@ def test_deduplication_and_failed_filter(framework_traces) -> None:
     once = traces_to_sft_dataset(framework_traces, eval_fraction=0.0)["train"]
     deduped = traces_to_sft_dataset(twice, eval_fraction=0.0)["train"]
     kept = traces_to_sft_dataset(twice, eval_fraction=0.0, deduplicate=False)["train"]
-    assert len(deduped) == len(once) and len(kept) == 2 * len(once)
-    with_failed = traces_to_sft_dataset(framework_traces, eval_fraction=0.0, successful_only=False)["train"]
-    assert len(with_failed) == len(once) + len(framework_traces[-1].model_calls)
+    calls = sum(len(t.model_calls) for t in framework_traces[:-1])
+    # episodes of one runner open with the same prompt and move: those rows are kept once
+    assert len(deduped) == len(once) < calls and len(kept) == 2 * calls
+    with_failed = traces_to_sft_dataset(framework_traces, eval_fraction=0.0, successful_only=False, deduplicate=False)["train"]
+    assert len(with_failed) == calls + len(framework_traces[-1].model_calls)
 
 
 def test_split_is_by_episode(framework_traces, workspace_trace) -> None:
