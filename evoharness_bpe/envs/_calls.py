@@ -7,7 +7,7 @@ from typing import Any
 
 from .base import StepResult
 
-__all__ = ["parse_call", "invalid", "function_spec"]
+__all__ = ["parse_call", "invalid", "function_spec", "ToolCallEnv"]
 
 
 def function_spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -84,3 +84,25 @@ def parse_call(tool_call: Any, tools: list[dict[str, Any]]) -> tuple[str, dict[s
         if "enum" in props[field] and value not in props[field]["enum"]:
             return invalid(f"{name}: argument '{field}' must be one of {', '.join(map(str, props[field]['enum']))}, not {value!r}.")
     return name, raw
+
+
+class ToolCallEnv:
+    """What every built-in environment does with a call before its own logic: count it, check it.
+
+    Subclasses set `_tools` (their OpenAI specs), `steps` and `invalid_actions`.
+    """
+
+    _tools: list[dict[str, Any]]
+    steps: int
+    invalid_actions: int
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [dict(t) for t in self._tools]
+
+    def _accept(self, tool_call: Any) -> tuple[str, dict[str, Any]] | StepResult:
+        """Count the step and parse the call; a malformed call is counted invalid and answered."""
+        self.steps += 1
+        parsed = parse_call(tool_call, self._tools)
+        if isinstance(parsed, StepResult):
+            self.invalid_actions += 1
+        return parsed

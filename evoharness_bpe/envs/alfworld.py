@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from ..exceptions import UserError
-from ._calls import function_spec, invalid, parse_call
+from ._calls import ToolCallEnv, function_spec, invalid
 from .alfworld_problems import TASK_TYPES, generate_problem, make_env, write_game
 from .base import EnvOutcome, StepResult
 
@@ -23,7 +23,7 @@ __all__ = ["ALFWorldEnv", "TASK_TYPES"]
 _INSTALL = "the alfworld environment needs its extra: pip install 'evoharness-bpe[alfworld]'"
 
 
-class ALFWorldEnv:
+class ALFWorldEnv(ToolCallEnv):
     """One seeded ALFWorld problem per episode; the task type cycles with the seed unless fixed."""
 
     name = "alfworld"
@@ -73,16 +73,11 @@ class ALFWorldEnv:
             return obs.strip()
         return f"{obs.strip()}\nAdmissible commands: {', '.join(self.admissible)}"
 
-    def tools(self) -> list[dict[str, Any]]:
-        return [dict(t) for t in self._tools]
-
     def step(self, tool_call: dict[str, Any]) -> StepResult:
         if self._env is None:
             raise UserError("call reset(seed) before step()")
-        self.steps += 1
-        parsed = parse_call(tool_call, self._tools)
+        parsed = self._accept(tool_call)
         if isinstance(parsed, StepResult):
-            self.invalid_actions += 1
             return parsed
         command = " ".join(parsed[1]["command"].strip().lower().split())
         if self.won:

@@ -16,7 +16,7 @@ import json
 import random
 from typing import Any
 
-from ._calls import function_spec, invalid, parse_call
+from ._calls import ToolCallEnv, function_spec, invalid
 from .base import EnvOutcome, StepResult
 
 __all__ = ["ComplianceReviewEnv", "TRANSACTIONS_BY_DIFFICULTY", "expected_decision"]
@@ -40,7 +40,7 @@ def expected_decision(tx: dict[str, Any], threshold: int, sanctioned: set[str]) 
     return "clear", None
 
 
-class ComplianceReviewEnv:
+class ComplianceReviewEnv(ToolCallEnv):
     """Review 8, 30 or 120 transactions (by difficulty; `transactions` overrides)."""
 
     name = "compliance-review"
@@ -101,14 +101,9 @@ class ComplianceReviewEnv:
         )
         return task, f"{self.n} transactions await review on {pages} page(s)."
 
-    def tools(self) -> list[dict[str, Any]]:
-        return [dict(t) for t in self._tools]
-
     def step(self, tool_call: dict[str, Any]) -> StepResult:
-        self.steps += 1
-        parsed = parse_call(tool_call, self._tools)
+        parsed = self._accept(tool_call)
         if isinstance(parsed, StepResult):
-            self.invalid_actions += 1
             return parsed
         name, args = parsed
         if self.finished:

@@ -17,7 +17,7 @@ import random
 import re
 from typing import Any
 
-from ._calls import function_spec, invalid, parse_call
+from ._calls import ToolCallEnv, function_spec, invalid
 from .base import EnvOutcome, StepResult
 
 __all__ = ["CRMMigrationEnv", "RECORDS_BY_DIFFICULTY"]
@@ -40,7 +40,7 @@ def _schema_error(record: dict[str, Any], landed_keys: set[str]) -> str | None:
     return None
 
 
-class CRMMigrationEnv:
+class CRMMigrationEnv(ToolCallEnv):
     """Migrate N customer records (20, 200 or 2,000 by difficulty; `records` overrides)."""
 
     name = "crm-migration"
@@ -135,15 +135,10 @@ class CRMMigrationEnv:
         )
         return task, f"The export has {self.pages} page(s). Clock: t={self.clock}s."
 
-    def tools(self) -> list[dict[str, Any]]:
-        return [dict(t) for t in self._tools]
-
     def step(self, tool_call: dict[str, Any]) -> StepResult:
-        self.steps += 1
         self.clock += 1
-        parsed = parse_call(tool_call, self._tools)
+        parsed = self._accept(tool_call)
         if isinstance(parsed, StepResult):
-            self.invalid_actions += 1
             return parsed
         name, args = parsed
         if self.finished:

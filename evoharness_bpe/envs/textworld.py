@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import UserError
-from ._calls import function_spec, invalid, parse_call
+from ._calls import ToolCallEnv, function_spec, invalid
 from .base import EnvOutcome, StepResult
 
 __all__ = ["TextWorldEnv", "make_game"]
@@ -40,7 +40,7 @@ def make_game(path: str | os.PathLike[str], *, seed: int, quest_length: int = 2,
     return out
 
 
-class TextWorldEnv:
+class TextWorldEnv(ToolCallEnv):
     """TextWorld games through `textworld.gym`; ``act(command)`` with an admissible command."""
 
     name = "textworld"
@@ -92,16 +92,11 @@ class TextWorldEnv:
     def _render(self, obs: str) -> str:
         return f"{obs.strip()}\nAdmissible commands: {', '.join(self.admissible)}"
 
-    def tools(self) -> list[dict[str, Any]]:
-        return [dict(t) for t in self._tools]
-
     def step(self, tool_call: dict[str, Any]) -> StepResult:
         if self._env is None:
             raise UserError("call reset(seed) before step()")
-        self.steps += 1
-        parsed = parse_call(tool_call, self._tools)
+        parsed = self._accept(tool_call)
         if isinstance(parsed, StepResult):
-            self.invalid_actions += 1
             return parsed
         command = " ".join(parsed[1]["command"].strip().split())
         if self.won or self.lost:
