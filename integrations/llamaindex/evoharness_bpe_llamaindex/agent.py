@@ -192,50 +192,35 @@ def _wrap_agent(agent: BaseWorkflowAgent, binding: WorkspaceBinding, tools: list
     agent.tools = [*(agent.tools or []), *tools]
 
 
-class BPEFunctionAgent(FunctionAgent):
+class _BPEAgent:
+    """The constructor and `workspace` property shared by the BPE agent classes."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Workspace | WorkspaceBinding,
+        state_key: str = DEFAULT_STATE_KEY,
+        window: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        with_bpe(self, workspace, state_key=state_key, window=window)  # type: ignore[arg-type]
+
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace this agent reads and writes."""
+        binding = get_binding(self)  # type: ignore[arg-type]
+        if binding is None:  # during __init__, before with_bpe ran
+            raise AttributeError("workspace")
+        return binding.workspace
+
+
+class BPEFunctionAgent(_BPEAgent, FunctionAgent):
     """A `FunctionAgent` with the BPE harness: `FunctionAgent(...)` plus ``workspace=``.
 
     >>> agent = BPEFunctionAgent(workspace=Workspace("Book a flight"), tools=[search], llm=llm)  # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        *,
-        workspace: Workspace | WorkspaceBinding,
-        state_key: str = DEFAULT_STATE_KEY,
-        window: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        with_bpe(self, workspace, state_key=state_key, window=window)
 
-    @property
-    def workspace(self) -> Workspace:
-        """The workspace this agent reads and writes."""
-        binding = get_binding(self)
-        if binding is None:  # during __init__, before with_bpe ran
-            raise AttributeError("workspace")
-        return binding.workspace
-
-
-class BPEReActAgent(ReActAgent):
+class BPEReActAgent(_BPEAgent, ReActAgent):
     """A `ReActAgent` with the BPE harness: `ReActAgent(...)` plus ``workspace=``."""
-
-    def __init__(
-        self,
-        *,
-        workspace: Workspace | WorkspaceBinding,
-        state_key: str = DEFAULT_STATE_KEY,
-        window: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        with_bpe(self, workspace, state_key=state_key, window=window)
-
-    @property
-    def workspace(self) -> Workspace:
-        """The workspace this agent reads and writes."""
-        binding = get_binding(self)
-        if binding is None:  # during __init__, before with_bpe ran
-            raise AttributeError("workspace")
-        return binding.workspace
