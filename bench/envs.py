@@ -19,10 +19,10 @@ import statistics
 import time
 from pathlib import Path
 
-from evoharness_bpe.envs import make_env
-from evoharness_bpe.frameworks import EpisodeConfig
-from evoharness_bpe.policies import ExpertPolicy
-from evoharness_bpe.runner.core import run_episode
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.runner.core import run_episode
 
 ENVS = ("crm-migration", "compliance-review", "alfworld", "textworld")
 
@@ -91,7 +91,7 @@ def tokens_part(figures: Path | None) -> None:
 
 
 def model_part(seeds: int, max_steps: int, envs: list[str]) -> None:
-    from evoharness_bpe.policies import TransformersPolicy
+    from evoharness_bpe.lab.policies import TransformersPolicy
 
     print(f"\n## embedded SmolLM2-135M-Instruct, raw ({seeds} seed(s), {max_steps} model calls, difficulty 1)")
     policy = TransformersPolicy()

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from evoharness_bpe import ModelCall, Outcome, Workspace
-from evoharness_bpe.envs.base import EnvOutcome, StepResult
+from evoharness_bpe.lab.envs.base import EnvOutcome, StepResult
 
 
 class CounterEnv:

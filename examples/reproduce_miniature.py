@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from evoharness_bpe import TraceWriter
-from evoharness_bpe.envs import make_env
-from evoharness_bpe.frameworks import EpisodeConfig, load_framework
-from evoharness_bpe.policies import ExpertPolicy, TransformersPolicy
-from evoharness_bpe.runner.metrics import episode_metrics
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.policies import ExpertPolicy, TransformersPolicy
+from evoharness_bpe.lab.runner.metrics import episode_metrics
 from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS, run_grpo
 from evoharness_bpe_training.models import load_model_and_tokenizer
 from evoharness_bpe_training.presets import get_preset

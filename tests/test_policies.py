@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from evoharness_bpe.envs import make_env
-from evoharness_bpe.frameworks import EpisodeConfig
-from evoharness_bpe.policies import ExpertPolicy, NoisyExpertPolicy, OpenAICompatiblePolicy, parse_tool_calls, tools_system_prompt
-from evoharness_bpe.policies.openai import PolicyError
-from evoharness_bpe.runner.core import run_episode
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy, NoisyExpertPolicy, OpenAICompatiblePolicy, parse_tool_calls, tools_system_prompt
+from evoharness_bpe.lab.policies.openai import PolicyError
+from evoharness_bpe.lab.runner.core import run_episode
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from evoharness_bpe import read_traces
-from evoharness_bpe.cli import main
-from evoharness_bpe.envs import make_env
-from evoharness_bpe.frameworks import EpisodeConfig, load_framework
-from evoharness_bpe.policies import ExpertPolicy
-from evoharness_bpe.runner.core import prompt_tokens, run_episode, window
-from evoharness_bpe.runner.metrics import episode_metrics
+from evoharness_bpe.lab.cli import main
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.runner.core import prompt_tokens, run_episode, window
+from evoharness_bpe.lab.runner.metrics import episode_metrics
 from evoharness_bpe.stores import SQLiteExperienceStore
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 from evoharness_bpe.trace import TraceWriter
@@ -99,7 +99,7 @@ def test_run_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_run_without_the_embedded_model_falls_back_to_experts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import evoharness_bpe.policies.transformers as local
+    import evoharness_bpe.lab.policies.transformers as local
 
     monkeypatch.setattr(local, "embedded_model_dir", lambda: None)
     assert main(["run", "--out", str(tmp_path / "r")]) == 0
@@ -119,7 +119,7 @@ def test_bad_run_options_are_user_errors(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_runner_modules_import_nothing_heavy() -> None:
-    code = ("import sys, evoharness_bpe.runner.suite, evoharness_bpe.policies, evoharness_bpe.envs, evoharness_bpe.cli\n"
+    code = ("import sys, evoharness_bpe.lab.runner.suite, evoharness_bpe.lab.policies, evoharness_bpe.lab.envs, evoharness_bpe.lab.cli\n"
             "print(' '.join(m for m in ('torch', 'transformers', 'textworld', 'alfworld', 'matplotlib', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

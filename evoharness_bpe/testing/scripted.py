@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..policy import ChatMessage
+from ..lab.policy import ChatMessage
 
 __all__ = ["ScriptedPolicy", "tool_call"]
 

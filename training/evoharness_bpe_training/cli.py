@@ -149,7 +149,7 @@ def register(commands: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the core `evoharness` command line (with these commands registered)."""
-    from evoharness_bpe.cli import main as core_main
+    from evoharness_bpe.lab.cli import main as core_main
 
     return core_main(argv)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Literal, Optional
 
 from evoharness_bpe import META_ACTIONS, Workspace
-from evoharness_bpe.envs.base import Env
+from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.exceptions import UserError
 
 from .rewards import RolloutCost

@@ -1,7 +1,7 @@
 """Finding an environment by name: a built-in one, one an installed package registers, or ``module:Factory``.
 
 Built-in names (``crm-migration``, ``compliance-review``, ``alfworld``, ``textworld``) resolve
-through the core's `evoharness_bpe.envs.make_env`. Other packages register environments under the
+through the core's `evoharness_bpe.lab.envs.make_env`. Other packages register environments under the
 ``evoharness.envs`` entry-point group (``my-env = "my_pkg.envs:MyEnv"``); each entry point, like a
 ``package.module:Factory``, is a callable taking ``difficulty=`` and returning an `Env`.
 """
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from functools import partial
 from importlib.metadata import entry_points
 
-from evoharness_bpe.envs import ENVIRONMENTS, make_env
-from evoharness_bpe.envs.base import Env
+from evoharness_bpe.lab.envs import ENVIRONMENTS, make_env
+from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.exceptions import UserError
 
 __all__ = ["ENV_ENTRY_POINT_GROUP", "available_envs", "env_factory"]

@@ -166,7 +166,7 @@ def opening_prompt(env: Any, seed: int, *, dashboard_tokens: int = 600) -> list[
     observation: rollouts start from the prompts fine-tuning saw in expert traces.
     """
     from evoharness_bpe import Workspace
-    from evoharness_bpe.runner.core import PROMPTS
+    from evoharness_bpe.lab.runner.core import PROMPTS
 
     task, observation = env.reset(seed)
     dashboard = Workspace(task, dashboard_tokens=dashboard_tokens).dashboard(record=False)

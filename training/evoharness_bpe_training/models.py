@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.policies.transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, embedded_model_dir
+from evoharness_bpe.lab.policies.transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, embedded_model_dir
 
 __all__ = ["SMOLLM2_GGUF", "smollm2_gguf_dir", "load_model_and_tokenizer"]
 

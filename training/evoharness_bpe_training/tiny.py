@@ -36,7 +36,7 @@ def qwen3_chat_template() -> str:
 
 def _corpus(extra: Iterable[str]) -> list[str]:
     from evoharness_bpe import Workspace
-    from evoharness_bpe.runner.core import PROMPTS
+    from evoharness_bpe.lab.runner.core import PROMPTS
 
     ws = Workspace("Migrate customer records in batches", subgoals=["batch 1", "batch 2"])
     texts = [json.dumps(t) for t in ws.openai_tools()]

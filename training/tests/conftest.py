@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from evoharness_bpe import Trace
-from evoharness_bpe.envs import make_env
-from evoharness_bpe.envs.base import EnvOutcome, StepResult
-from evoharness_bpe.frameworks import EpisodeConfig, load_framework
-from evoharness_bpe.policies import ExpertPolicy
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.envs.base import EnvOutcome, StepResult
+from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 
 

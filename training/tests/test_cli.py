@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evoharness_bpe import TraceWriter
-from evoharness_bpe.cli import main
+from evoharness_bpe.lab.cli import main
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe_training.grpo import CostAwareGRPOConfig
 from evoharness_bpe_training.presets import PRESETS, accelerate_config_path, get_preset
@@ -47,7 +47,7 @@ def test_train_commands_show_progress_and_write_metrics(sft_traces, tmp_path, ca
 
 
 def test_environments_resolve_by_built_in_name_entry_point_or_module(monkeypatch, locker_env_cls) -> None:
-    from evoharness_bpe.envs.crm import CRMMigrationEnv
+    from evoharness_bpe.lab.envs.crm import CRMMigrationEnv
     from evoharness_bpe_training.envs import available_envs, env_factory
 
     crm = env_factory("crm-migration", difficulty=2)

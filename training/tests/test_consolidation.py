@@ -67,7 +67,7 @@ def test_pairs_become_an_sft_dataset(teacher_url, tmp_path, workspace_trace) -> 
 
 def test_command_and_failures(teacher_url, tmp_path, capsys) -> None:
     from evoharness_bpe import TraceWriter
-    from evoharness_bpe.cli import main
+    from evoharness_bpe.lab.cli import main
 
     path = tmp_path / "t.jsonl"
     with TraceWriter(path) as writer:

@@ -105,7 +105,7 @@ def test_export_round_trips_from_a_trace_file(framework_traces, workspace_trace,
 
 
 def test_export_command(framework_traces, tmp_path, capsys) -> None:
-    from evoharness_bpe.cli import main
+    from evoharness_bpe.lab.cli import main
 
     path = tmp_path / "traces.jsonl"
     with TraceWriter(path) as writer:

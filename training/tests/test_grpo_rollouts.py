@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from evoharness_bpe.envs import make_env
+from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.frameworks import EpisodeConfig, load_framework
-from evoharness_bpe.policies import ExpertPolicy
+from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe_training.datasets import traces_to_sft_dataset
 from evoharness_bpe_training.metrics import read_jsonl
 from evoharness_bpe_training.presets import get_preset
@@ -67,7 +67,7 @@ def test_imprinted_model_rolls_out_real_tool_calls_and_the_harness_is_counted(im
 
 def test_the_core_local_policy_speaks_the_imprinted_format(imprinted) -> None:
     """The core `TransformersPolicy` over the fine-tuned model, with the chat template's tool section."""
-    from evoharness_bpe.policies import TransformersPolicy
+    from evoharness_bpe.lab.policies import TransformersPolicy
     from evoharness_bpe_training.environment import harness_environment, rollout_tool_schemas
     from evoharness_bpe_training.envs import env_factory
     from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS, opening_prompt

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.policy import Policy
+from evoharness_bpe.lab.policy import Policy
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -50,7 +50,7 @@ class PolicyChatModel(BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     policy: Any
-    """The wrapped `evoharness_bpe.policy.Policy`."""
+    """The wrapped `evoharness_bpe.lab.policy.Policy`."""
 
     def __init__(self, *, policy: Any, **kwargs: Any) -> None:
         if not isinstance(policy, Policy):

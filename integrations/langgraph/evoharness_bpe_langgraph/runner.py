@@ -1,7 +1,7 @@
 """The LangGraph framework runner: one environment episode through `create_agent`.
 
 Registered as ``langgraph`` in the ``evoharness.frameworks`` entry-point group; see
-`evoharness_bpe.frameworks` for the contract. The environment's tools become LangChain tools
+`evoharness_bpe.lab.frameworks` for the contract. The environment's tools become LangChain tools
 (`env.step` behind each), the policy becomes a `PolicyChatModel`, and the harness is
 `BPEMiddleware` (``bpe``) or nothing (``none``).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import Any
 
-from evoharness_bpe.envs.base import Env
+from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.frameworks import EpisodeConfig
-from evoharness_bpe.policy import Policy
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policy import Policy
 from evoharness_bpe.stores.base import ExperienceStore
 from evoharness_bpe.trace import Outcome, Trace
 from langchain.agents import create_agent

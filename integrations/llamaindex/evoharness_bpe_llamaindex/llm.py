@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, Generator, Sequence
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.policy import Policy
+from evoharness_bpe.lab.policy import Policy
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,

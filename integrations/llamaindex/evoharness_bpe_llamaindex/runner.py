@@ -1,7 +1,7 @@
 """The ``llamaindex`` framework runner: one environment episode played by a `FunctionAgent`.
 
 Registered under the ``evoharness.frameworks`` entry-point group, so ``evoharness run
---framework llamaindex`` (and `evoharness_bpe.frameworks.load_framework`) find it. The
+--framework llamaindex`` (and `evoharness_bpe.lab.frameworks.load_framework`) find it. The
 environment's tools become `FunctionTool`s with their exact JSON schemas, the policy becomes the
 agent's LLM through `PolicyLLM`, and with ``harness="bpe"`` the agent is wrapped by `with_bpe`.
 """
@@ -16,10 +16,10 @@ from importlib.resources import files
 from typing import Any, TypeVar
 
 from evoharness_bpe import META_ACTIONS, Outcome, Trace, Workspace
-from evoharness_bpe.envs.base import Env
+from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.exceptions import EvoHarnessError, UserError
-from evoharness_bpe.frameworks import EpisodeConfig
-from evoharness_bpe.policy import Policy
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policy import Policy
 from evoharness_bpe.stores.base import ExperienceStore
 from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
 from llama_index.core.tools import FunctionTool

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
-from evoharness_bpe.policy import ChatMessage as OpenAIMessage
+from evoharness_bpe.lab.policy import ChatMessage as OpenAIMessage
 from evoharness_bpe.testing.scripted import ScriptedPolicy
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse
 from llama_index.core.bridge.pydantic import PrivateAttr

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evoharness_bpe.envs.base import EnvOutcome, StepResult
+from evoharness_bpe.lab.envs.base import EnvOutcome, StepResult
 
 _HERE = Path(__file__).parent
 

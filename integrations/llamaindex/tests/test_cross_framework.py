@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from evoharness_bpe import SQLiteExperienceStore, Trace, Workspace
-from evoharness_bpe.frameworks import EpisodeConfig
+from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 from evoharness_bpe_llamaindex import with_bpe
 from evoharness_bpe_llamaindex.runner import run_episode as llamaindex_episode

@@ -13,7 +13,7 @@ import importlib.util
 import os
 from typing import Any
 
-from ..exceptions import UserError
+from ...exceptions import UserError
 from ..policy import ChatMessage
 from .toolcalls import parse_tool_calls, tools_system_prompt
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .exceptions import UserError
+from ..exceptions import UserError
 
 __all__ = ["Harness", "EpisodeConfig", "FrameworkRunner", "available_frameworks", "load_framework"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..envs import make_env
-from ..exceptions import UserError
+from ...exceptions import UserError
 from ..frameworks import EpisodeConfig, load_framework
 from ..policy import ChatMessage, Policy
-from ..stores.sqlite import SQLiteExperienceStore
-from ..trace import TraceWriter
+from ...stores.sqlite import SQLiteExperienceStore
+from ...trace import TraceWriter
 from .metrics import episode_metrics, summarize
 from .report import PLOTS, write_report
 

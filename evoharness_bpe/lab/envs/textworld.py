@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import UserError
+from ...exceptions import UserError
 from ._calls import ToolCallEnv, function_spec, invalid
 from .base import EnvOutcome, StepResult
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import UserError
+from ...exceptions import UserError
 from .metrics import summarize
 
 __all__ = ["write_report", "PLOTS"]

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from ..exceptions import EvoHarnessError
+from ...exceptions import EvoHarnessError
 from ..policy import ChatMessage
 from .toolcalls import parse_tool_calls
 

@@ -13,7 +13,7 @@ import os
 import tempfile
 from typing import Any
 
-from ..exceptions import UserError
+from ...exceptions import UserError
 from ._calls import ToolCallEnv, function_spec, invalid
 from .alfworld_problems import TASK_TYPES, generate_problem, make_env, write_game
 from .base import EnvOutcome, StepResult

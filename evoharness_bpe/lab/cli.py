@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from .exceptions import EvoHarnessError, UserError
+from ..exceptions import EvoHarnessError, UserError
 
 __all__ = ["build_parser", "main"]
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .stores.sqlite import SQLiteExperienceStore
-from .trace import Outcome, TraceWriter
-from .workspace import Workspace
+from ..stores.sqlite import SQLiteExperienceStore
+from ..trace import Outcome, TraceWriter
+from ..workspace import Workspace
 
 __all__ = ["DEMO_SCRIPT", "run_demo"]
 

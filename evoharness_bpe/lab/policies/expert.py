@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..exceptions import UserError
+from ...exceptions import UserError
 from ..policy import ChatMessage
 
 __all__ = ["ExpertPolicy", "EXPERTS"]

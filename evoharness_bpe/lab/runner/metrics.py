@@ -6,7 +6,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from ..trace import Trace
+from ...trace import Trace
 from .core import META_ACTIONS, prompt_tokens
 
 __all__ = ["episode_metrics", "summarize"]

@@ -9,16 +9,16 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from ..exceptions import UserError
+from ...exceptions import UserError
 from .base import Env, EnvOutcome, StepResult
 
 __all__ = ["Env", "EnvOutcome", "StepResult", "ENVIRONMENTS", "make_env"]
 
 ENVIRONMENTS: dict[str, str] = {
-    "crm-migration": "evoharness_bpe.envs.crm:CRMMigrationEnv",
-    "compliance-review": "evoharness_bpe.envs.compliance:ComplianceReviewEnv",
-    "alfworld": "evoharness_bpe.envs.alfworld:ALFWorldEnv",
-    "textworld": "evoharness_bpe.envs.textworld:TextWorldEnv",
+    "crm-migration": "evoharness_bpe.lab.envs.crm:CRMMigrationEnv",
+    "compliance-review": "evoharness_bpe.lab.envs.compliance:ComplianceReviewEnv",
+    "alfworld": "evoharness_bpe.lab.envs.alfworld:ALFWorldEnv",
+    "textworld": "evoharness_bpe.lab.envs.textworld:TextWorldEnv",
 }
 """Built-in environment names and where their classes live."""
 

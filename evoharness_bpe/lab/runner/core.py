@@ -23,10 +23,10 @@ from typing import Any
 from ..envs.base import Env
 from ..frameworks import EpisodeConfig
 from ..policy import ChatMessage, Policy
-from ..stores.base import ExperienceStore
-from ..text import approx_tokens
-from ..trace import ModelCall, Outcome, Trace
-from ..workspace import Workspace
+from ...stores.base import ExperienceStore
+from ...text import approx_tokens
+from ...trace import ModelCall, Outcome, Trace
+from ...workspace import Workspace
 
 __all__ = ["run_episode", "prompt_tokens", "window", "PROMPTS"]
 
