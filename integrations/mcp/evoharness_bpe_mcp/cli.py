@@ -1,0 +1,125 @@
+"""`evoharness mcp`: serve the workspace to any MCP client.
+
+    evoharness mcp --store experience.db --namespace acme/crm-agent              # stdio
+    evoharness mcp --transport http --port 8765 --tenants tenants.json           # HTTP, per tenant
+
+Registered through the ``evoharness.commands`` entry-point group; ``evoharness-mcp`` is the
+same command on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evoharness_bpe import TraceWriter
+from evoharness_bpe.exceptions import EvoHarnessError, UserError
+from evoharness_bpe.stores.base import ExperienceStore, Namespace, validate_namespace
+
+__all__ = ["register", "main", "open_store", "parse_namespace", "default_store_path"]
+
+
+def default_store_path() -> Path:
+    """Where Experience lives when ``--store`` is not given: the user's data folder."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "evoharness" / "experience.db"
+
+
+def open_store(spec: str) -> ExperienceStore:
+    """A PostgreSQL DSN (``postgresql://…``), ``memory``, or an SQLite file path."""
+    if spec.startswith(("postgresql://", "postgres://")) or "dbname=" in spec:
+        from evoharness_bpe import PostgresExperienceStore
+
+        return PostgresExperienceStore(spec)
+    if spec == "memory":
+        from evoharness_bpe import MemoryExperienceStore
+
+        return MemoryExperienceStore()
+    from evoharness_bpe import SQLiteExperienceStore
+
+    return SQLiteExperienceStore(spec)
+
+
+def parse_namespace(text: str) -> Namespace:
+    """``acme/crm-agent`` → ``("acme", "crm-agent")``."""
+    return validate_namespace([part for part in text.split("/")])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `evoharness mcp`."""
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                        help="stdio for desktop clients, http for streamable HTTP at /mcp (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address to bind (default: %(default)s, loopback)")
+    parser.add_argument("--port", type=int, default=8765, help="HTTP port (default: %(default)s)")
+    parser.add_argument("--store", default=None,
+                        help=f"SQLite file, PostgreSQL DSN or 'memory' (default: {default_store_path()})")
+    parser.add_argument("--namespace", default="default",
+                        help="Experience namespace of every session, segments joined by '/' (default: %(default)s)")
+    parser.add_argument("--tenants", default=None,
+                        help='HTTP only: JSON file {"tokens": {"TOKEN": ["tenant", "agent"]}}; each request\'s '
+                        "bearer token picks the session's namespace")
+    parser.add_argument("--tenant-header", default="authorization",
+                        help="header carrying the tenant token (default: %(default)s, as 'Bearer TOKEN')")
+    parser.add_argument("--traces", default=None, help="append each finished episode's trace to this JSONL file")
+    parser.add_argument("--goal", default="the user's current task",
+                        help="goal of an episode opened by a meta-action before start_episode (default: %(default)r)")
+    parser.add_argument("--dashboard-tokens", type=int, default=600, help="dashboard token budget (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the server the flags describe; return when it stops."""
+    from .serve import serve_http, serve_stdio
+    from .server import BPEServer
+    from .session import SessionSettings
+    from .tenants import TenantMap
+
+    if args.tenants and args.transport != "http":
+        raise UserError("--tenants needs --transport http: over stdio the operator fixes --namespace")
+    if not 1 <= args.port <= 65535:
+        raise UserError(f"--port must be in 1..65535, not {args.port}")
+    store = open_store(args.store or str(default_store_path()))
+    traces = TraceWriter(args.traces) if args.traces else None
+    tenants = TenantMap.load(args.tenants, header=args.tenant_header) if args.tenants else None
+    settings = SessionSettings(store=store, default_goal=args.goal, dashboard_tokens=args.dashboard_tokens, traces=traces)
+    bpe = BPEServer(settings, namespace=parse_namespace(args.namespace), tenants=tenants)
+    try:
+        if args.transport == "stdio":
+            asyncio.run(serve_stdio(bpe))
+        else:
+            print(f"evoharness mcp: serving http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
+            serve_http(bpe, host=args.host, port=args.port)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if traces is not None:
+            traces.close()
+        store.close()
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add `mcp` to the `evoharness` command line."""
+    parser = commands.add_parser("mcp", help="serve the workspace as a Model Context Protocol server")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`evoharness-mcp`: the same command outside the `evoharness` CLI."""
+    parser = argparse.ArgumentParser(prog="evoharness-mcp", description="Serve the BPE workspace over MCP.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except EvoHarnessError as exc:
+        print(f"evoharness mcp: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
