@@ -83,6 +83,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from .viewer import write_page
+
+    print(f"wrote {write_page(args.traces, args.out, args.episode)}")
+    return 0
+
+
 def _check_model_folder(model: str) -> None:
     path = Path(model)
     if not path.is_dir():
@@ -169,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="redraw report.md and its plots from a run folder")
     report.add_argument("dir", help="a folder written by `evoharness run`")
     report.set_defaults(handler=_report)
+    view = commands.add_parser("view", help="write one self-contained HTML page that steps through an episode",
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    view.add_argument("traces", help="a traces.jsonl file")
+    view.add_argument("--episode", type=int, default=0, help="which episode (0 is the first, -1 the last)")
+    view.add_argument("--out", help="the HTML file to write (default: episode-N.html beside the traces)")
+    view.set_defaults(handler=_view)
     for ep in entry_points(group="evoharness.commands"):
         ep.load()(commands)
     return parser

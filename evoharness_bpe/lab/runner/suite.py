@@ -100,7 +100,13 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
         if kind == "local":
             from ..policies.transformers import TransformersPolicy  # noqa: PLC0415
 
-            cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens)
+            try:
+                cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens)
+            except UserError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - transformers raises many types for a bad folder
+                raise UserError(f"--model {config.model} could not be loaded ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}): "
+                                "pass a saved Hugging Face model folder") from exc
         else:
             from ..policies.openai import OpenAICompatiblePolicy  # noqa: PLC0415
 
@@ -208,12 +214,12 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
                     trace.metadata.setdefault("seed", seed)
                     trace.metadata.setdefault("difficulty", config.difficulty)
                     trace.metadata["policy"] = kind
-                    with interrupts.critical():
+                    row = episode_metrics(trace, policy=kind)
+                    with interrupts.critical():  # what is on disk and what is counted stay equal
                         writer.write(trace)
                         if own_store:
                             checkpoint_store(out)
-                    row = episode_metrics(trace, policy=kind)
-                    rows.append(row)
+                        rows.append(row)
                     progress.end(label, row)
     except RunInterrupted as exc:
         interrupted = exc
