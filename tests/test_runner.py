@@ -95,7 +95,7 @@ def test_run_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["report", str(out)]) == 0
     assert (out / "success_by_harness.png").exists() and "| crm-migration | noisy | bpe | core | 2 |" in (out / "report.md").read_text()
     assert main(["report", str(tmp_path / "nothing")]) == 1
-    assert "not found" in capsys.readouterr().err
+    assert "is not a run folder" in capsys.readouterr().err
 
 
 def test_run_without_the_embedded_model_falls_back_to_experts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,7 +115,7 @@ def test_bad_run_options_are_user_errors(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["run", "--policy", "openai", "--out", str(tmp_path)]) == 1
     assert main(["run", "--framework", "nonesuch", "--policy", "expert", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "unknown environment" in err and "--model" in err and "not installed" in err
+    assert "unknown --env" in err and "--model" in err and "not installed" in err
 
 
 def test_runner_modules_import_nothing_heavy() -> None:

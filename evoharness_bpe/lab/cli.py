@@ -8,10 +8,14 @@ argparse sub-parsers object and registers its commands (``train``, ``export`` â€
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 from importlib.metadata import entry_points
+from pathlib import Path
 
+from .. import __version__
 from ..exceptions import EvoHarnessError, UserError
 
 __all__ = ["build_parser", "main"]
@@ -30,11 +34,18 @@ _DEFAULT_ENVS = ["crm-migration", "compliance-review"]
 def _run(args: argparse.Namespace) -> int:
     from .envs import ENVIRONMENTS
     from .policies.transformers import INSTALL_EMBEDDED, embedded_model_dir
-    from .runner.suite import RunConfig, run_suite
+    from .runner.suite import RunConfig, RunInterrupted, run_suite
 
     for env in args.env or ():
         if env not in ENVIRONMENTS:
-            raise UserError(f"unknown environment {env!r}; choose from {', '.join(ENVIRONMENTS)}")
+            raise UserError(f"unknown --env {env!r}; choose from {', '.join(ENVIRONMENTS)}")
+    if args.game and "textworld" not in (args.env or ()):
+        raise UserError("--game is for TextWorld: add --env textworld")
+    for game in args.game or ():
+        if not Path(game).is_file():
+            raise UserError(f"--game {game} is not a file: pass TextWorld game files (.z8, .ulx or .json)")
+    if args.model and "local" in (args.policy or ()):
+        _check_model_folder(args.model)
     note = None
     policies = args.policy
     model_steps, new_tokens = 40, 96
@@ -54,15 +65,37 @@ def _run(args: argparse.Namespace) -> int:
         frameworks=args.framework or ["core"], episodes=args.episodes, seed=args.seed, difficulty=args.difficulty,
         out=args.out, model=args.model, base_url=args.base_url, max_steps=args.max_steps, model_max_steps=model_steps,
         max_new_tokens=new_tokens, epsilon=args.epsilon,
-        window=args.window, note=note,
+        window=args.window, note=note, mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
+        store=args.store, api_key=args.api_key, games=args.game,
     )
-    data = run_suite(config)
+    try:
+        data = run_suite(config)
+    except RunInterrupted as exc:
+        finished, planned = getattr(exc, "finished", 0), getattr(exc, "planned", 0)
+        print(f"evoharness: interrupted after {finished} of {planned} episodes; results in {config.out}; "
+              f"continue with: evoharness run ... --out {config.out} --resume", file=sys.stderr)
+        return exc.exit_code
     for row in data["summary"]:
         print(f"{row['env']:<18} {row['policy']:<7} {row['harness']:<7} {row['framework']:<10} "
               f"success {row['success_rate']:.0%}  steps {row['mean_steps']:.1f}  "
               f"prompt tokens/step {row['mean_prompt_tokens_per_step']:.0f}")
     print(f"wrote {config.out / 'traces.jsonl'}, {config.out / 'metrics.json'} and {config.out / 'report.md'}")
     return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    from .viewer import write_page
+
+    print(f"wrote {write_page(args.traces, args.out, args.episode)}")
+    return 0
+
+
+def _check_model_folder(model: str) -> None:
+    path = Path(model)
+    if not path.is_dir():
+        raise UserError(f"--model {model} is not a folder: pass a local Hugging Face model folder (config.json and weights, or a .gguf file)")
+    if not (path / "config.json").exists() and not any(path.glob("*.gguf")):
+        raise UserError(f"--model {model} holds no model (no config.json, no .gguf file): pass a saved model folder")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -72,15 +105,51 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], not {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], not {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, not {value}")
+    return value
+
+
+def quiet_third_parties() -> None:
+    """No third-party progress bars, FutureWarnings or warning source lines (unless --verbose)."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"  # type: ignore[assignment]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with the built-in commands and every installed plug-in command."""
     parser = argparse.ArgumentParser(prog="evoharness", description="Belief/Progress/Experience harness for agents.")
+    parser.add_argument("--version", action="version", version=f"evoharness {__version__}")
+    parser.add_argument("--verbose", action="store_true", help="show third-party warnings and progress bars")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser("demo", help="play a short scripted episode and print its dashboards")
     demo.add_argument("--out", default="evoharness-demo", help="folder for the trace and the experience store")
     demo.set_defaults(handler=_demo)
     run = commands.add_parser(
         "run", help="run episodes on built-in environments and write traces, metrics and a report",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="The openai policy reads OPENAI_API_KEY when --api-key is not given. A run folder holds "
+        "traces.jsonl, metrics.json, report.md with its plots, and experience.db (the run's own Experience store).",
         description="With no options: a short offline comparison of the three harnesses with the embedded "
         "model (or the expert policies when it is not installed).",
     )
@@ -88,19 +157,31 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--policy", nargs="+", choices=["expert", "noisy", "local", "openai"], help="who acts")
     run.add_argument("--model", help="local model folder (local) or model name (openai)")
     run.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint (openai)")
+    run.add_argument("--api-key", help="API key of the endpoint (openai; default: $OPENAI_API_KEY)")
+    run.add_argument("--game", nargs="+", help="TextWorld game files to play (with --env textworld)")
+    run.add_argument("--store", help="Experience store: an SQLite file or a PostgreSQL DSN (default: OUT/experience.db)")
+    folder = run.add_mutually_exclusive_group()
+    folder.add_argument("--resume", action="store_true", help="continue the run in --out: keep and skip its finished episodes")
+    folder.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     run.add_argument("--harness", nargs="+", choices=["none", "append", "bpe"], help="harness variants to compare")
     run.add_argument("--framework", nargs="+", help="core or an installed integration (langgraph, llamaindex)")
-    run.add_argument("--episodes", type=int, default=1, help="episodes per combination")
+    run.add_argument("--episodes", type=_positive, default=1, help="episodes per combination")
     run.add_argument("--seed", type=int, default=0, help="first seed")
     run.add_argument("--difficulty", type=int, default=1, choices=[1, 2, 3], help="longer horizons as it grows")
     run.add_argument("--max-steps", type=int, help="model calls per episode (default: the environment's budget)")
-    run.add_argument("--epsilon", type=float, default=0.1, help="mistake rate of the noisy expert")
+    run.add_argument("--epsilon", type=_fraction, default=0.1, help="mistake rate of the noisy expert, in [0, 1]")
     run.add_argument("--window", type=int, default=12, help="recent messages kept by append and bpe")
     run.add_argument("--out", default="evoharness-run", help="output folder")
     run.set_defaults(handler=_run)
     report = commands.add_parser("report", help="redraw report.md and its plots from a run folder")
     report.add_argument("dir", help="a folder written by `evoharness run`")
     report.set_defaults(handler=_report)
+    view = commands.add_parser("view", help="write one self-contained HTML page that steps through an episode",
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    view.add_argument("traces", help="a traces.jsonl file")
+    view.add_argument("--episode", type=int, default=0, help="which episode (0 is the first, -1 the last)")
+    view.add_argument("--out", help="the HTML file to write (default: episode-N.html beside the traces)")
+    view.set_defaults(handler=_view)
     for ep in entry_points(group="evoharness.commands"):
         ep.load()(commands)
     return parser
@@ -114,11 +195,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    if not args.verbose:
+        quiet_third_parties()
     try:
         return int(handler(args) or 0)
     except EvoHarnessError as exc:
         print(f"evoharness: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # an unusable path or a refused connection: one line, not a traceback
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"evoharness: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("evoharness: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ from typing import Any
 from ...trace import Trace
 from .core import META_ACTIONS, prompt_tokens
 
-__all__ = ["episode_metrics", "summarize"]
+__all__ = ["episode_metrics", "summarize", "HARNESS_ORDER"]
+
+HARNESS_ORDER = ("none", "append", "bpe")
+"""The order harnesses appear in tables and plots."""
 
 
 def _meta_per_call(trace: Trace) -> list[int]:
@@ -62,7 +65,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         groups.setdefault((r["env"], r["policy"], r["harness"], r["framework"]), []).append(r)
     out = []
-    for (env, policy, harness, framework), rs in groups.items():
+    ordered = sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), _rank(kv[0][2]), str(kv[0][3])))
+    for (env, policy, harness, framework), rs in ordered:
         tokens = [t for r in rs for t in r["prompt_tokens_per_step"]]
         out.append({
             "env": env, "policy": policy, "harness": harness, "framework": framework, "episodes": len(rs),
@@ -75,3 +79,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "mean_wall_time_s": statistics.fmean(float(r["wall_time_s"] or 0.0) for r in rs),
         })
     return out
+
+
+def _rank(harness: str) -> int:
+    return HARNESS_ORDER.index(harness) if harness in HARNESS_ORDER else len(HARNESS_ORDER)

@@ -2,13 +2,16 @@
 
 Writes ``traces.jsonl`` (one episode a line), ``metrics.json`` (per episode: success, steps,
 invalid actions, meta-actions by type, prompt tokens per step, wall time) and ``report.md`` with
-its plots into the output folder; an existing run in that folder is replaced.
+its plots into the output folder (see `folder` for what it holds). A folder that holds a run is
+refused unless the run resumes it (finished episodes are kept and skipped) or overwrites it.
+SIGINT/SIGTERM stop the run after the last finished episode is on disk; metrics and the report
+are written from the finished episodes and `RunInterrupted` is raised.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +21,14 @@ from ..envs import make_env
 from ...exceptions import UserError
 from ..frameworks import EpisodeConfig, load_framework
 from ..policy import ChatMessage, Policy
-from ...stores.sqlite import SQLiteExperienceStore
+from ...stores.base import ExperienceStore
 from ...trace import TraceWriter
+from .folder import FolderMode, checkpoint_store, episode_key, finished_episodes, prepare_folder, restore_store
+from .interrupts import Interrupts, RunInterrupted
 from .metrics import episode_metrics, summarize
 from .report import PLOTS, write_report
 
-__all__ = ["RunConfig", "run_suite", "POLICIES", "make_policy"]
+__all__ = ["RunConfig", "run_suite", "POLICIES", "make_policy", "open_store", "RunInterrupted"]
 
 POLICIES = ("expert", "noisy", "local", "openai")
 
@@ -48,6 +53,10 @@ class RunConfig:
     epsilon: float = field(default=0.1, metadata={"help": "mistake rate of the noisy expert"})
     window: int = field(default=12, metadata={"help": "recent messages kept by the append and bpe harnesses"})
     note: str | None = field(default=None, metadata={"help": "a line for the top of the report"})
+    mode: FolderMode = field(default="new", metadata={"help": "new (refuse a folder with a run), resume or overwrite"})
+    store: str | None = field(default=None, metadata={"help": "Experience store: SQLite path or PostgreSQL DSN (default: OUT/experience.db)"})
+    api_key: str | None = field(default=None, metadata={"help": "API key of the openai policy (default: $OPENAI_API_KEY)"})
+    games: list[str] | None = field(default=None, metadata={"help": "TextWorld game files (textworld)"})
 
     def __post_init__(self) -> None:
         for p in self.policies:
@@ -57,7 +66,11 @@ class RunConfig:
             if h not in ("none", "append", "bpe"):
                 raise UserError(f"unknown harness {h!r}; choose from none, append, bpe")
         if self.episodes < 1:
-            raise UserError("episodes must be at least 1")
+            raise UserError("--episodes must be at least 1")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise UserError(f"--epsilon is a mistake rate in [0, 1], not {self.epsilon}")
+        if self.mode not in ("new", "resume", "overwrite"):
+            raise UserError(f"mode must be new, resume or overwrite, not {self.mode!r}")
         if "openai" in self.policies and not self.model:
             raise UserError("the openai policy needs --model NAME (and --base-url for the endpoint)")
         self.out = Path(self.out)
@@ -87,27 +100,46 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
         if kind == "local":
             from ..policies.transformers import TransformersPolicy  # noqa: PLC0415
 
-            cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens)
+            try:
+                cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens)
+            except UserError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - transformers raises many types for a bad folder
+                raise UserError(f"--model {config.model} could not be loaded ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}): "
+                                "pass a saved Hugging Face model folder") from exc
         else:
             from ..policies.openai import OpenAICompatiblePolicy  # noqa: PLC0415
 
-            cache[kind] = OpenAICompatiblePolicy(str(config.model), config.base_url)
+            cache[kind] = OpenAICompatiblePolicy(str(config.model), config.base_url, api_key=config.api_key)
     return cache[kind]
+
+
+def open_store(spec: str | None, out: Path) -> ExperienceStore:
+    """The run's Experience store: a PostgreSQL DSN, an SQLite path, or ``OUT/experience.db``."""
+    if spec and (spec.startswith(("postgresql://", "postgres://")) or "dbname=" in spec):
+        from ...stores.postgres import PostgresExperienceStore  # noqa: PLC0415
+
+        return PostgresExperienceStore(spec)
+    from ...stores.sqlite import SQLiteExperienceStore  # noqa: PLC0415
+
+    return SQLiteExperienceStore(spec or out / "experience.db")
 
 
 class _Progress:
     """rich progress bars when rich is installed, else one printed line per episode."""
 
     def __init__(self, total: int) -> None:
+        self.rich: Any = None
+        self.current: Any = None
+        if not sys.stdout.isatty():  # logs: plain lines, not bars cut to "0:00…"
+            return
         try:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
         except ImportError:
-            self.rich = None
-        else:
-            self.rich = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            self.rich.start()
-            self.all = self.rich.add_task("episodes", total=total)
-        self.current: Any = None
+            return
+        self.rich = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self.rich.start()
+        self.all = self.rich.add_task("episodes", total=total)
 
     def start(self, label: str, budget: int) -> Callable[[], None]:
         if self.rich is None:
@@ -137,28 +169,38 @@ class _Progress:
 
 
 def run_suite(config: RunConfig) -> dict[str, Any]:
-    """Run every combination; write traces, metrics and the report; return the metrics."""
+    """Run every combination; write traces, metrics and the report; return the metrics.
+
+    Raises `RunInterrupted` after writing metrics and the report of the finished episodes when
+    SIGINT or SIGTERM arrives.
+    """
     runners = {f: load_framework(f) for f in config.frameworks}
     out = config.out
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("traces.jsonl", "metrics.json", "report.md", *PLOTS):
-        if (out / name).exists():
-            os.remove(out / name)
+    prepare_folder(out, config.mode, PLOTS)
+    done = finished_episodes(out) if config.mode == "resume" else []
+    finished = {episode_key(t) for t in done}
+    own_store = config.store is None
+    if own_store and config.mode == "resume":
+        restore_store(out)  # drop what an interrupted episode wrote
     combos = [(e, p, h, f) for e in config.envs for p in config.policies for h in config.harnesses for f in config.frameworks]
-    progress = _Progress(len(combos) * config.episodes)
-    store = SQLiteExperienceStore(out / "experience.db")
+    total = len(combos) * config.episodes
     cache: dict[str, Policy] = {}
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = [episode_metrics(t) for t in done]
     skipped: list[str] = []
     envs: dict[str, Any] = {}
+    interrupted: RunInterrupted | None = None
+    store = open_store(config.store, out)
+    progress = _Progress(total)
     try:
-        with TraceWriter(out / "traces.jsonl") as writer:
+        with Interrupts() as interrupts, TraceWriter(out / "traces.jsonl") as writer:
             for env_name, kind, harness, framework in combos:
-                env = envs.get(env_name) or envs.setdefault(env_name, make_env(env_name, config.difficulty))
+                env = envs.get(env_name) or envs.setdefault(env_name, _make_env(env_name, config))
                 budget = int(getattr(env, "step_budget", 200))
                 max_steps = config.max_steps or (budget if kind in ("expert", "noisy") else min(budget, config.model_max_steps))
                 for episode in range(config.episodes):
                     seed = config.seed + episode
+                    if (env_name, kind, harness, framework, seed, config.difficulty) in finished:
+                        continue
                     label = f"{env_name} {kind} {harness} {framework} seed {seed}"
                     policy = _Counted(make_policy(kind, env, config, cache, seed), progress.start(label, max_steps))
                     episode_config = EpisodeConfig(harness=harness, seed=seed, max_steps=max_steps, window=config.window,  # type: ignore[arg-type]
@@ -172,10 +214,15 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
                     trace.metadata.setdefault("seed", seed)
                     trace.metadata.setdefault("difficulty", config.difficulty)
                     trace.metadata["policy"] = kind
-                    writer.write(trace)
                     row = episode_metrics(trace, policy=kind)
-                    rows.append(row)
+                    with interrupts.critical():  # what is on disk and what is counted stay equal
+                        writer.write(trace)
+                        if own_store:
+                            checkpoint_store(out)
+                        rows.append(row)
                     progress.end(label, row)
+    except RunInterrupted as exc:
+        interrupted = exc
     finally:
         progress.close()
         store.close()
@@ -183,8 +230,18 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
             close = getattr(env, "close", None)
             if close:
                 close()
-    data = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()},
-            "note": config.note, "skipped": skipped, "summary": summarize(rows), "episodes": rows}
+    data = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items() if k != "api_key"},
+            "note": config.note, "skipped": skipped, "summary": summarize(rows), "episodes": rows,
+            "finished": len(rows), "planned": total}
     (out / "metrics.json").write_text(json.dumps(data, indent=1), "utf-8")
     write_report(out)
+    if interrupted is not None:
+        interrupted.finished, interrupted.planned = len(rows), total  # type: ignore[attr-defined]
+        raise interrupted
     return data
+
+
+def _make_env(name: str, config: RunConfig) -> Any:
+    if config.games and name == "textworld":
+        return make_env(name, config.difficulty, games=config.games)
+    return make_env(name, config.difficulty)

@@ -1,0 +1,165 @@
+"""`evoharness view`: the page, loaded in a real headless Chromium and stepped through with keys."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evoharness_bpe import TraceWriter
+from evoharness_bpe.lab.cli import main
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.viewer import episode_steps, render_page
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _episode(tmp_path: Path) -> tuple[Path, Any]:
+    env = make_env("crm-migration", 1)
+    trace = load_framework("core")(env, ExpertPolicy(env), None, EpisodeConfig(harness="bpe", seed=2))
+    trace.messages.append({"role": "tool", "tool_call_id": "x", "content": "</script><script>alert(1)</script>"})
+    path = tmp_path / "traces.jsonl"
+    with TraceWriter(path) as writer:
+        writer.write(trace)
+    return path, trace
+
+
+def test_steps_pair_each_call_with_its_observation_events_and_next_state(tmp_path: Path) -> None:
+    _path, trace = _episode(tmp_path)
+    steps = episode_steps(trace)
+    assert len(steps) == len(trace.model_calls)
+    metas = [m["name"] for s in steps for m in s["meta_actions"]]
+    assert metas == [e.name for e in trace.meta_actions if e.tool_call_id]
+    with_obs = [s for s in steps if s["observations"]]
+    assert with_obs and all(o["content"] for s in with_obs for o in s["observations"])
+    # the state after step i is the dashboard the model saw at step i + 1
+    system = next(m for m in steps[1]["prompt"] if m["role"] == "system")["content"]
+    assert steps[0]["state_after"] and steps[0]["state_after"] in system
+
+
+def test_the_page_is_self_contained_and_cannot_be_broken_by_trace_text(tmp_path: Path) -> None:
+    _path, trace = _episode(tmp_path)
+    html = render_page(trace)
+    assert "<script>alert(1)" not in html       # the closing tag in the data is escaped
+    assert "http://" not in html and "https://" not in html and "src=" not in html
+
+
+def test_view_command_writes_the_page_and_refuses_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, _trace = _episode(tmp_path)
+    assert main(["view", str(path), "--out", str(tmp_path / "p.html")]) == 0
+    assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
+    assert main(["view", str(path), "--episode", "5"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--episode 5 is out of range" in err[0]
+
+
+class _Chromium:
+    """A headless Chromium driven over the DevTools protocol (websocket, loopback only)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.profile = tmp / "profile"
+        self.proc = subprocess.Popen(
+            [str(CHROMIUM), "--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0",
+             "--remote-debugging-address=127.0.0.1", f"--user-data-dir={self.profile}", "--window-size=1400,1000", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        port_file = self.profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not port_file.exists() or not port_file.read_text().strip():
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("chromium did not open its DevTools port")
+            time.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
+        self.ws_url = next(p["webSocketDebuggerUrl"] for p in pages if p.get("type") == "page")
+        self._id = 0
+
+    async def __aenter__(self) -> _Chromium:
+        import websockets
+
+        self.ws = await websockets.connect(self.ws_url, max_size=None)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.ws.close()
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        self._id += 1
+        await self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            message = json.loads(await self.ws.recv())
+            if message.get("id") == self._id:
+                if "error" in message:
+                    raise RuntimeError(message["error"])
+                return message.get("result", {})
+
+    async def text(self, selector: str) -> str:
+        result = await self.send("Runtime.evaluate", expression=f"document.querySelector({json.dumps(selector)}).textContent", returnByValue=True)
+        return str(result["result"].get("value"))
+
+    async def key(self, key: str, code: int) -> None:
+        for kind in ("keyDown", "keyUp"):
+            await self.send("Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=code)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def test_the_page_steps_through_the_episode_in_headless_chromium(tmp_path: Path) -> None:
+    assert CHROMIUM, "the viewer test needs Debian's chromium package (apt-get install chromium)"
+    path, trace = _episode(tmp_path)
+    page = tmp_path / "episode.html"
+    assert main(["view", str(path), "--out", str(page)]) == 0
+    steps = episode_steps(trace)
+    browser = _Chromium(tmp_path)
+
+    async def drive() -> None:
+        async with browser as b:
+            await b.send("Page.enable")
+            await b.send("Page.navigate", url=page.as_uri())
+            for _ in range(100):
+                if (await b.text("#position")).startswith("step 1 of"):
+                    break
+                await asyncio.sleep(0.1)
+            assert await b.text("#position") == f"step 1 of {len(steps)}"
+            assert trace.task in await b.text("#task")
+            # the dashboard in the prompt is highlighted
+            assert "<bpe-dashboard" in await b.text("#prompt .dashboard")
+            await b.key("ArrowRight", 39)
+            await b.key("ArrowRight", 39)
+            assert await b.text("#position") == f"step 3 of {len(steps)}"
+            shown = await b.text("#reply")
+            assert all(c["name"] in shown for c in steps[2]["calls"])
+            await b.key("End", 35)
+            assert await b.text("#position") == f"step {len(steps)} of {len(steps)}"
+            await b.key("ArrowLeft", 37)
+            assert await b.text("#position") == f"step {len(steps) - 1} of {len(steps)}"
+            # a step with a meta-action shows it with its cost; the state after is the next dashboard
+            k = next(i for i, s in enumerate(steps) if s["meta_actions"])
+            await b.send("Runtime.evaluate", expression=f"show({k + 1})")
+            table = await b.text("#meta-actions")
+            assert steps[k]["meta_actions"][0]["name"] in table and "tokens in/out" in table
+            assert (await b.text("#state")).startswith("<bpe-dashboard")
+            shot = await b.send("Page.captureScreenshot", format="png")
+            (tmp_path / "viewer.png").write_bytes(base64.b64decode(shot["data"]))
+
+    try:
+        asyncio.run(drive())
+    finally:
+        browser.close()
+    assert (tmp_path / "viewer.png").stat().st_size > 10_000
