@@ -19,7 +19,8 @@ from .ledger import ActionCost, CostLedger, LedgerSummary
 from .state import BPEState, Experience, Fact, OpenException, Progress, Subgoal, subgoal_id
 from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
-from .text import TokenCounter, approx_tokens, inline
+from .sanitize import inline, quote
+from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
 
 __all__ = ["Workspace", "ActionResult", "EpisodeSummary"]
@@ -191,17 +192,17 @@ class Workspace:
     def _recall(self, args: RecallArgs) -> str:
         hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.policy)
         if not hits:
-            return f"no experience matches {args.query!r}"
+            return f"no experience matches {quote(args.query, 120)}"
         recalled = self.state.experience.recalled
         for hit in hits:
             if hit.entry.id not in recalled:
                 recalled.append(hit.entry.id)
         lines = [
-            f"[{h.entry.id}] {h.entry.kind}: {inline(h.entry.text, 500)} "
+            f"[{inline(h.entry.id, 64)}] {h.entry.kind}: {quote(h.entry.text, 500)} "
             f"(seen {h.entry.evidence}x, wins {h.entry.wins}, losses {h.entry.losses})"
             for h in hits
         ]
-        return f"{len(hits)} entries for {args.query!r}:\n" + "\n".join(lines)
+        return f"{len(hits)} entries for {quote(args.query, 120)}:\n" + "\n".join(lines)
 
     def _note(self, args: NoteArgs) -> str:
         outcome = consolidate_note(
