@@ -5,13 +5,25 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .actions import CommitArgs, NoteArgs, RecallArgs, ToolSpec, TrackArgs, parse_arguments, tool_specs
+from .actions import (
+    MAX_ARGUMENT_CHARS,
+    MAX_RECORDED_CHARS,
+    CommitArgs,
+    NoteArgs,
+    RecallArgs,
+    ToolSpec,
+    TrackArgs,
+    parse_arguments,
+    bounded_json,
+    tool_specs,
+)
 from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render
 from .exceptions import MetaActionError, UserError
 from .experience import ConsolidationPolicy, consolidate_note, credit, recall
@@ -27,6 +39,7 @@ __all__ = ["Workspace", "ActionResult", "EpisodeSummary"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_log = logging.getLogger(__name__)
 _OBSERVED_CHARS = 300
 _INJECT_MODES = ("full", "summary", "off")
 
@@ -151,7 +164,12 @@ class Workspace:
         except MetaActionError as exc:
             ok = False
             content = f"Error: {exc}"
-        raw = args if isinstance(args, str) else _dump(args)  # the trace keeps JSON text, as models emit it
+        except Exception as exc:  # a store or a bug must not end the model's run; it is logged
+            _log.exception("meta-action %s failed", name if isinstance(name, str) else type(name).__name__)
+            ok = False
+            content = f"Error: {name if isinstance(name, str) else 'meta-action'} failed ({type(exc).__name__}); try again or continue without it"
+        # The trace keeps JSON text, as models emit it; a refused call only its first part.
+        raw = bounded_json(args, MAX_ARGUMENT_CHARS if ok else MAX_RECORDED_CHARS)
         cost = ActionCost(
             tokens_in=self.count_tokens(raw),
             tokens_out=self.count_tokens(content),
@@ -160,7 +178,7 @@ class Workspace:
         label = name if isinstance(name, str) and name in self._handlers else "unknown"
         self.ledger.record_action(label, cost, ok)
         self.events.append(
-            MetaActionEvent(step=step, name=str(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id)
+            MetaActionEvent(step=step, name=_event_name(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id)
         )
         return ActionResult(ok=ok, content=content, cost=cost)
 
@@ -274,7 +292,7 @@ class Workspace:
             progress.exceptions[key] = OpenException(id=key, message=value, source=tool, step=step)
             self.state.belief.upsert(Fact(key=f"{key}:error", value=value, source=tool, step=step))
         else:
-            value = inline(result if isinstance(result, str) else _dump(result), _OBSERVED_CHARS)
+            value = inline(bounded_json(result, 4 * _OBSERVED_CHARS), _OBSERVED_CHARS)
             self.state.belief.upsert(Fact(key=f"{key}:last", value=value, source=tool, step=step))
             if progress.exceptions.pop(key, None) is not None:
                 self.state.belief.facts.pop(f"{key}:error", None)
@@ -357,13 +375,10 @@ class Workspace:
         )
 
 
-def _dump(value: Any) -> str:
-    if value is None:
-        return ""
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
+def _event_name(name: Any) -> str:
+    if isinstance(name, str):
+        return name if len(name) <= 64 else inline(name[:256], 64)
+    return "None" if name is None else f"<{type(name).__name__}>"
 
 
 def _call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
