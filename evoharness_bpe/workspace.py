@@ -35,12 +35,13 @@ from .sanitize import inline, quote
 from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
 
-__all__ = ["Workspace", "ActionResult", "EpisodeSummary"]
+__all__ = ["Workspace", "ActionResult", "EpisodeSummary", "observed_tool_name"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _log = logging.getLogger(__name__)
 _OBSERVED_CHARS = 300
+_TOOL_NAME_CHARS = 64
 _INJECT_MODES = ("full", "summary", "off")
 
 
@@ -88,6 +89,7 @@ class Workspace:
         token_counter: TokenCounter = approx_tokens,
         policy: ConsolidationPolicy | None = None,
         max_beliefs: int = 5_000,
+        max_exceptions: int = 50,
         state: BPEState | None = None,
     ) -> None:
         if not isinstance(goal, str) or not goal.strip():
@@ -103,6 +105,7 @@ class Workspace:
         self.count_tokens = token_counter
         self.policy = policy or ConsolidationPolicy()
         self.max_beliefs = max_beliefs
+        self.max_exceptions = max_exceptions
         self.ledger = CostLedger()
         self.events: list[MetaActionEvent] = []
         self.snapshots: list[DashboardSnapshot] = []
@@ -278,25 +281,56 @@ class Workspace:
         return text
 
     # -- environment adapter ------------------------------------------------------------------
-    def observe(self, tool: str, args: Any = None, result: Any = None, error: BaseException | str | None = None) -> None:
+    def observe(
+        self, tool: str, args: Any = None, result: Any = None, error: BaseException | str | None = None
+    ) -> Fact | None:
         """Record an ordinary tool's outcome: its last result in Belief, an error as an exception.
 
-        A later success of the same tool resolves the exception its error opened.
+        A later success of the same tool resolves the exception its error opened. Observations
+        obey the meta-actions' limits whatever the tool returns: the tool's name is cut to
+        64 characters (so a key stays within 200), the value to 300; when Belief holds
+        `max_beliefs` facts or `max_exceptions` tool errors are open, the oldest observed
+        ones make room (facts the model tracked itself are never dropped; if only those are
+        left, the observation is not kept in Belief). Returns the fact recorded, if any.
         """
         step = self.state.step
+        tool = observed_tool_name(tool)
         key = f"tool:{tool}"
         progress = self.state.progress
         if error is not None:
             message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
             value = inline(message, _OBSERVED_CHARS)
+            if key not in progress.exceptions:
+                self._drop_observed_exceptions(self.max_exceptions - 1)
             progress.exceptions[key] = OpenException(id=key, message=value, source=tool, step=step)
-            self.state.belief.upsert(Fact(key=f"{key}:error", value=value, source=tool, step=step))
+            fact = self._observe_fact(Fact(key=f"{key}:error", value=value, source=tool, step=step))
         else:
             value = inline(bounded_json(result, 4 * _OBSERVED_CHARS), _OBSERVED_CHARS)
-            self.state.belief.upsert(Fact(key=f"{key}:last", value=value, source=tool, step=step))
+            fact = self._observe_fact(Fact(key=f"{key}:last", value=value, source=tool, step=step))
             if progress.exceptions.pop(key, None) is not None:
                 self.state.belief.facts.pop(f"{key}:error", None)
         self.state.step += 1
+        return fact
+
+    def _observe_fact(self, fact: Fact) -> Fact | None:
+        facts = self.state.belief.facts
+        if fact.key not in facts and len(facts) >= self.max_beliefs:
+            observed = sorted((f.step, k) for k, f in facts.items() if k.startswith("tool:"))
+            for _, k in observed[: len(facts) - self.max_beliefs + 1]:
+                facts.pop(k)
+                if k.endswith(":error"):  # its exception goes with it
+                    self.state.progress.exceptions.pop(k[: -len(":error")], None)
+            if len(facts) >= self.max_beliefs:
+                return None
+        self.state.belief.upsert(fact)
+        return fact
+
+    def _drop_observed_exceptions(self, keep: int) -> None:
+        exceptions = self.state.progress.exceptions
+        observed = sorted((e.step, k) for k, e in exceptions.items() if k.startswith("tool:"))
+        for _, k in observed[: max(len(observed) - max(keep, 0), 0)]:
+            exceptions.pop(k)
+            self.state.belief.facts.pop(f"{k}:error", None)
 
     def wrap(self, fn: F, *, name: str | None = None) -> F:
         """Wrap a tool callable (sync or async) so its results and errors are observed.
@@ -373,6 +407,12 @@ class Workspace:
             ledger=self.ledger.summary(),
             metadata=dict(metadata or {}),
         )
+
+
+def observed_tool_name(tool: Any) -> str:
+    """The name an observed tool is recorded under: one sanitised line of at most 64 characters."""
+    name = inline(tool[:1_000] if isinstance(tool, str) else str(tool)[:1_000], _TOOL_NAME_CHARS)
+    return name or "tool"
 
 
 def _event_name(name: Any) -> str:
