@@ -190,7 +190,7 @@ class Workspace:
         if args.value is None:
             old = belief.retract(args.key)
             return f"retracted {args.key} (was {old.value!r})"
-        if args.key not in belief.facts and len(belief.facts) >= self.max_beliefs:
+        if args.key not in belief.facts and len(belief.facts) >= self.max_beliefs and not self._evict_observed(1):
             raise MetaActionError(
                 f"Belief is full ({self.max_beliefs} facts); retract facts that no longer matter first",
                 field="key",
@@ -291,7 +291,8 @@ class Workspace:
         64 characters (so a key stays within 200), the value to 300; when Belief holds
         `max_beliefs` facts or `max_exceptions` tool errors are open, the oldest observed
         ones make room (facts the model tracked itself are never dropped; if only those are
-        left, the observation is not kept in Belief). Returns the fact recorded, if any.
+        left, the observation is not kept in Belief). `track` on a full Belief also drops the
+        oldest observed fact before it refuses. Returns the fact recorded, if any.
         """
         step = self.state.step
         tool = observed_tool_name(tool)
@@ -315,15 +316,21 @@ class Workspace:
     def _observe_fact(self, fact: Fact) -> Fact | None:
         facts = self.state.belief.facts
         if fact.key not in facts and len(facts) >= self.max_beliefs:
-            observed = sorted((f.step, k) for k, f in facts.items() if k.startswith("tool:"))
-            for _, k in observed[: len(facts) - self.max_beliefs + 1]:
-                facts.pop(k)
-                if k.endswith(":error"):  # its exception goes with it
-                    self.state.progress.exceptions.pop(k[: -len(":error")], None)
+            self._evict_observed(len(facts) - self.max_beliefs + 1)
             if len(facts) >= self.max_beliefs:
                 return None
         self.state.belief.upsert(fact)
         return fact
+
+    def _evict_observed(self, count: int) -> bool:
+        """Drop the `count` oldest observed facts (with their exceptions); whether any went."""
+        facts = self.state.belief.facts
+        observed = sorted((f.step, k) for k, f in facts.items() if k.startswith("tool:") and f.source != "agent")
+        for _, k in observed[:count]:
+            facts.pop(k)
+            if k.endswith(":error"):  # its exception goes with it
+                self.state.progress.exceptions.pop(k[: -len(":error")], None)
+        return bool(observed[:count])
 
     def _drop_observed_exceptions(self, keep: int) -> None:
         exceptions = self.state.progress.exceptions

@@ -134,3 +134,24 @@ def test_bounded_json_is_bounded() -> None:
     assert bounded_json("y" * 10_000, 100).endswith("[cut: 10000 characters]")
     assert len(bounded_json({"a": "y" * (10 * MB)}, 100)) < 200
     assert "not recorded" in bounded_json(nested(5_000))
+
+
+def test_observations_obey_the_meta_action_limits() -> None:
+    ws = Workspace("observe", store=MemoryExperienceStore(), max_beliefs=50, max_exceptions=20)
+    assert ws.act("track", {"key": "mine", "value": "kept"}).ok
+    for i in range(300):
+        name = f"t{i:03d}" + "n" * 2_000
+        if i % 2:
+            ws.observe(name, result={"rows": ["r" * 1_000] * 50})
+        else:
+            ws.wrap(lambda: (_ for _ in ()).throw(RuntimeError("e" * 5_000)), name=name)
+            with pytest.raises(RuntimeError):
+                ws.wrap(lambda: (_ for _ in ()).throw(RuntimeError("e" * 5_000)), name=name)()
+    facts = ws.state.belief.facts
+    assert len(facts) <= 50 and facts["mine"].value == "kept"
+    assert all(len(k) <= 200 and len(f.value) <= 300 for k, f in facts.items())
+    exceptions = ws.state.progress.exceptions
+    assert 0 < len(exceptions) <= 20
+    assert all(f"{k}:error" in facts for k in exceptions)  # an open exception keeps its fact
+    assert ws.act("track", {"key": "mine2", "value": "v"}).ok  # room is made by observations only
+    assert len(ws.state.model_dump_json()) < 200_000
