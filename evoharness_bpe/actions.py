@@ -163,19 +163,17 @@ def _describe(error: dict[str, Any]) -> str:
 
 
 _STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"?')
-_BRACKET_RE = re.compile(rb"[\[\]{}]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-def _text_depth(text: bytes) -> int:
-    """The deepest bracket nesting of JSON text, strings skipped (without parsing it)."""
-    depth = deepest = 0
-    for match in _BRACKET_RE.finditer(_STRING_RE.sub(b"", text)):
-        if match.group() in b"[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
+def _deeper_than(text: bytes, limit: int) -> bool:
+    """Whether JSON text nests brackets deeper than `limit`, strings skipped (without parsing)."""
+    depth = 0
+    for byte in _STRING_RE.sub(b"", text).translate(None, _NOT_BRACKETS):
+        depth += 1 if byte in (0x5B, 0x7B) else -1  # [ {
+        if depth > limit:
+            return True
+    return False
 
 
 def _oversize(value: Any, max_chars: int = MAX_ARGUMENT_CHARS, max_depth: int = MAX_ARGUMENT_DEPTH) -> str | None:
@@ -194,10 +192,17 @@ def _oversize(value: Any, max_chars: int = MAX_ARGUMENT_CHARS, max_depth: int = 
             if depth > max_depth:
                 return f"arguments are nested deeper than {max_depth} levels; the limit is {max_depth}"
             size += 2
-            children = item.items() if isinstance(item, dict) else enumerate(item)
-            for key, child in children:
-                size += (len(key) + 3 if isinstance(key, str) else 8) if isinstance(item, dict) else 1
-                stack.append((child, depth + 1))
+            is_dict = isinstance(item, dict)
+            for key, child in item.items() if is_dict else enumerate(item):
+                size += (len(key) + 3 if isinstance(key, str) else 8) if is_dict else 1
+                # Scalars are counted here, only containers pushed: few allocations, so no
+                # garbage collection pass over a huge input while it is being measured.
+                if isinstance(child, (str, bytes, bytearray)):
+                    size += len(child) + 2
+                elif isinstance(child, (dict, list, tuple)):
+                    stack.append((child, depth + 1))
+                else:
+                    size += 8
                 if size > max_chars:
                     break
         else:
@@ -271,7 +276,7 @@ def parse_arguments(name: str, arguments: Any) -> _Args:
                 action=name,
             )
         raw = arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else bytes(arguments)
-        if raw.count(b"[") + raw.count(b"{") > MAX_ARGUMENT_DEPTH and _text_depth(raw) > MAX_ARGUMENT_DEPTH:
+        if raw.count(b"[") + raw.count(b"{") > MAX_ARGUMENT_DEPTH and _deeper_than(raw, MAX_ARGUMENT_DEPTH):
             raise MetaActionError(
                 f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels; the limit is "
                 f"{MAX_ARGUMENT_DEPTH}; expected {_expected(name)}",
