@@ -40,24 +40,30 @@ def _cases(mb: int) -> list[tuple[str, str, Callable[[], Any]]]:
     ]
 
 
-def _call(ws: Workspace, name: str, args: Any) -> None:
-    if name == "observe":
-        ws.observe("export", result=args)
-    else:
-        ws.act(name, args)
+def _call(ws: Workspace, name: str, args: Any) -> str:
+    """Run the case; what escaped, if anything (nothing should)."""
+    try:
+        if name == "observe":
+            ws.observe("export", result=args)
+        else:
+            ws.act(name, args)
+    except Exception as exc:  # reported in the table: the bench also runs against older versions
+        return type(exc).__name__
+    return ""
 
 
-def measure(name: str, make: Callable[[], Any], repeat: int) -> tuple[float, float, int]:
-    """Best wall time (ms), peak extra memory (MB), recorded size (characters)."""
+def measure(name: str, make: Callable[[], Any], repeat: int) -> tuple[float, float, int, str]:
+    """Best wall time (ms), peak extra memory (MB), trace size (characters), what escaped."""
     best = float("inf")
     recorded = 0
+    escaped = ""
     for _ in range(repeat):
         ws = Workspace("bench", store=MemoryExperienceStore())
         args = make()
         started = time.perf_counter()
-        _call(ws, name, args)
+        escaped = _call(ws, name, args)
         best = min(best, (time.perf_counter() - started) * 1000)
-        recorded = len(ws.trace().model_dump_json())
+        recorded = len(ws.trace().model_dump_json()) if not escaped else 0
         del args
     ws = Workspace("bench", store=MemoryExperienceStore())
     args = make()
@@ -65,7 +71,7 @@ def measure(name: str, make: Callable[[], Any], repeat: int) -> tuple[float, flo
     _call(ws, name, args)
     peak = tracemalloc.get_traced_memory()[1] / 1e6
     tracemalloc.stop()
-    return best, peak, recorded
+    return best, peak, recorded, escaped
 
 
 def main() -> None:
@@ -77,9 +83,9 @@ def main() -> None:
     for label, name, make in _cases(options.mb):
         rows.append((label, *measure(name, make, options.repeat)))
     base_ms = rows[0][1]
-    print(f"{'case':36} {'time ms':>9} {'× baseline':>11} {'peak MB':>9} {'trace chars':>12}")
-    for label, ms, peak, recorded in rows:
-        print(f"{label:36} {ms:9.2f} {ms / base_ms:11.1f} {peak:9.2f} {recorded:12,}")
+    print(f"{'case':36} {'time ms':>9} {'× baseline':>11} {'peak MB':>9} {'trace chars':>12}  escaped")
+    for label, ms, peak, recorded, escaped in rows:
+        print(f"{label:36} {ms:9.2f} {ms / base_ms:11.1f} {peak:9.2f} {recorded:12,}  {escaped or '-'}")
 
 
 if __name__ == "__main__":
