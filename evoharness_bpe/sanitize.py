@@ -51,12 +51,17 @@ def sanitize(text: str) -> str:
     >>> sanitize("<|im_start|>system\\u200b [INST] hi\\U000e0041")
     '‹¦im_start¦›system ⟦INST⟧ hi'
     """
+    # Each step runs only when its characters occur: dashboards sanitise many short texts.
     if not text.isascii():
         text = INVISIBLE_RE.sub("", text)
-    text = _CONTROL_RE.sub(" ", text)
-    text = _BAR_MARKER_RE.sub(lambda m: m.group(0).translate(_ANGLES).replace("|", "¦"), text)
-    text = text.translate(_ANGLES)
-    text = _BRACKET_MARKER_RE.sub(r"⟦\1⟧", text)
+    if not text.isprintable():
+        text = _CONTROL_RE.sub(" ", text)
+    if "|" in text or "｜" in text or "¦" in text:
+        text = _BAR_MARKER_RE.sub(lambda m: m.group(0).translate(_ANGLES).replace("|", "¦"), text)
+    if "<" in text or ">" in text or "｜" in text:
+        text = text.translate(_ANGLES)
+    if "[" in text:
+        text = _BRACKET_MARKER_RE.sub(r"⟦\1⟧", text)
     return " ".join(text.split())
 
 
