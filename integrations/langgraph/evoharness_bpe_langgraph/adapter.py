@@ -174,8 +174,11 @@ class WorkspaceAdapter:
 
     def rebind(self, value: Any, runtime: Any) -> dict[str, Any] | None:
         """`value` moved to this run's namespace, or None when it is already there."""
-        parsed = _parse_state(value)
         namespace = self.namespace_for(runtime)
+        stored = value.get("experience", {}).get("namespace") if isinstance(value, dict) else None
+        if isinstance(stored, (list, tuple)) and tuple(stored) == namespace:
+            return None  # the usual case, decided without validating the whole state
+        parsed = _parse_state(value)
         if parsed.experience.namespace == namespace:
             return None
         return _in_namespace(parsed, namespace).model_dump(mode="json")
