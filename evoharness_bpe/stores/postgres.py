@@ -146,8 +146,13 @@ class PostgresExperienceStore(ExperienceStore):
         if held is not None:  # inside this thread's transaction()
             yield held
             return
-        with self._pool.connection() as conn:
+        # getconn/putconn rather than the pool's connection(): that one also runs the
+        # connection's own context exit, a commit that autocommit makes pointless.
+        conn = self._pool.getconn()
+        try:
             yield conn
+        finally:
+            self._pool.putconn(conn)  # rolls back whatever a failure left open
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -160,7 +165,7 @@ class PostgresExperienceStore(ExperienceStore):
                 self._local.depth = depth
             return
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                 self._local.conn, self._local.depth = conn, 1
                 try:
