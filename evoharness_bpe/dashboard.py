@@ -16,7 +16,7 @@ from typing import Literal, NamedTuple
 from .ledger import LedgerSummary, LedgerTotals
 from .state import BPEState
 from .stores.base import ExperienceEntry
-from .sanitize import quote
+from .sanitize import identifier, quote
 from .text import TokenCounter, approx_tokens
 
 __all__ = ["InjectMode", "RenderedDashboard", "render", "render_dashboard", "MIN_DASHBOARD_TOKENS", "OPEN_TAG", "CLOSE_TAG"]
@@ -76,7 +76,7 @@ def _sections(state: BPEState, hints: Sequence[ExperienceEntry], mode: InjectMod
     if hidden > 0:
         belief_lines.append(f"- … {hidden} older facts (not shown)")
     hint_lines = [
-        f"- [{h.id}] {h.kind} {_safe(h.text, 200)} (wins {h.wins}, losses {h.losses})"
+        f"- [{identifier(h.id)}] {h.kind} {_safe(h.text, 200)} (wins {h.wins}, losses {h.losses})"
         for h in hints[:_MAX_HINTS]
     ]
     return [

@@ -15,14 +15,15 @@ results and observation echoes all pass it through here before a model sees it.
   ``[SYSTEM_PROMPT]``, ``[AVAILABLE_TOOLS]`` …) get ⟦ ⟧.
 
 `quote` puts the result between « » (removed from the text itself), so a quoted text cannot
-end early and forge what follows it on the line, such as another entry's id or counts.
+end early and forge what follows it on the line, such as another entry's id or counts;
+`identifier` reduces an id to a plain token.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["sanitize", "inline", "quote", "INVISIBLE_RE"]
+__all__ = ["sanitize", "inline", "quote", "identifier", "INVISIBLE_RE"]
 
 # Category Cf (Unicode 15.1, a superset of older versions), then the invisible characters of
 # other categories: U+034F, Hangul fillers, Khmer inherent vowels, Mongolian and other variation
@@ -40,6 +41,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 _BAR_MARKER_RE = re.compile(r"[<‹][|｜¦]|[|｜¦][>›]")
 _BRACKET_MARKER_RE = re.compile(r"\[(/?[A-Z][A-Z0-9_]{1,40})\]")
 _ANGLES = str.maketrans({"<": "‹", ">": "›", "｜": "¦"})
+_NOT_ID_RE = re.compile(r"[^A-Za-z0-9._:-]")
 
 
 def sanitize(text: str) -> str:
@@ -85,3 +87,11 @@ def inline(text: str, limit: int, *, forbidden: str = "") -> str:
 def quote(text: str, limit: int) -> str:
     """`text` sanitised, cut to `limit` and put between « » that it cannot contain."""
     return "«" + inline(text, limit, forbidden="«»") + "»"
+
+
+def identifier(text: str, limit: int = 64) -> str:
+    """An id shown to a model: letters, digits and ``._:-`` only (others become ``_``), cut.
+
+    So an entry's id cannot carry spaces, brackets or counts that forge the rest of its line.
+    """
+    return _NOT_ID_RE.sub("_", text[:limit]) or "_"

@@ -31,7 +31,7 @@ from .ledger import ActionCost, CostLedger, LedgerSummary
 from .state import BPEState, Experience, Fact, OpenException, Progress, Subgoal, subgoal_id
 from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
-from .sanitize import inline, quote
+from .sanitize import identifier, inline, quote
 from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
 
@@ -219,7 +219,7 @@ class Workspace:
             if hit.entry.id not in recalled:
                 recalled.append(hit.entry.id)
         lines = [
-            f"[{inline(h.entry.id, 64)}] {h.entry.kind}: {quote(h.entry.text, 500)} "
+            f"[{identifier(h.entry.id)}] {h.entry.kind}: {quote(h.entry.text, 500)} "
             f"(seen {h.entry.evidence}x, wins {h.entry.wins}, losses {h.entry.losses})"
             for h in hits
         ]
