@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence

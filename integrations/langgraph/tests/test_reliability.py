@@ -20,7 +20,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from evoharness_bpe import BPEState, SQLiteExperienceStore
 from evoharness_bpe.actions import MAX_ARGUMENT_DEPTH
-from evoharness_bpe.testing.hostile import NESTED_KINDS, OVERSIZED_KINDS, nested_arguments, oversized
+from evoharness_bpe.testing.hostile import OVERSIZED_KINDS, nested_arguments, oversized
 from evoharness_bpe_langgraph import BPEMiddleware
 from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
 
