@@ -27,10 +27,10 @@ from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render
 from .exceptions import MetaActionError, UserError
 from .experience import ConsolidationPolicy, consolidate_note, credit, recall
 from .ledger import ActionCost, CostLedger, LedgerSummary
+from .sanitize import identifier, inline, quote
 from .state import BPEState, Experience, Fact, OpenException, Progress, Subgoal, subgoal_id
 from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
-from .sanitize import identifier, inline, quote
 from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
 
