@@ -14,7 +14,8 @@ from evoharness_bpe.lab.cli import main
 from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
 from evoharness_bpe.lab.policies import ExpertPolicy
-from evoharness_bpe.lab.runner.core import prompt_tokens, run_episode, window
+from evoharness_bpe.harness import count_prompt_tokens, window
+from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.lab.runner.metrics import episode_metrics
 from evoharness_bpe.stores import SQLiteExperienceStore
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
@@ -36,7 +37,8 @@ def test_core_framework_traces_round_trip(tmp_path: Path) -> None:
         assert t.outcome.info["steps"] > 0 and t.outcome.info["invalid_actions"] == 0
         # each model call keeps the exact prompt it got; its reply is the next assistant message
         call = t.model_calls[3]
-        assert call.messages[0]["role"] == "system" and call.prompt_tokens == prompt_tokens(call.messages)
+        assert call.messages[0]["role"] == "system" and call.prompt_tokens == count_prompt_tokens(call.messages, t.tools).tokens
+        assert t.metadata["prompt_token_source"] == "approximate"
         assert call.response in [m for m in t.messages if m["role"] == "assistant"]
     bpe = traces[2]
     assert "<workspace" in bpe.model_calls[-1].messages[0]["content"] or bpe.dashboards

@@ -43,6 +43,7 @@ class EpisodeConfig(BaseModel):
     namespace: tuple[str, ...] = Field(default=("default",), description="Experience namespace.")
     dashboard_tokens: int = Field(default=600, ge=80, description="Dashboard token budget.")
     system_prompt: str | None = Field(default=None, description="Overrides the built-in system prompt.")
+    spec_style: str = Field(default="full", description="How tool specs are written: full (default) or compact.")
 
 
 FrameworkRunner = Callable[..., object]

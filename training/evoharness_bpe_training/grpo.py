@@ -166,12 +166,12 @@ def opening_prompt(env: Any, seed: int, *, dashboard_tokens: int = 600) -> list[
     observation: rollouts start from the prompts fine-tuning saw in expert traces.
     """
     from evoharness_bpe import Workspace
-    from evoharness_bpe.lab.runner.core import PROMPTS
+    from evoharness_bpe.harness import system_prompt
 
     task, observation = env.reset(seed)
     dashboard = Workspace(task, dashboard_tokens=dashboard_tokens).dashboard(record=False)
     return [
-        {"role": "system", "content": f"{PROMPTS['system']}\n\n{PROMPTS['bpe']}\n\n{dashboard}"},
+        {"role": "system", "content": system_prompt("bpe", dashboard=dashboard)},
         {"role": "user", "content": f"{task}\n\n{observation}"},
     ]
 
