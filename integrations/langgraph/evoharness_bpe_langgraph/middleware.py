@@ -144,6 +144,10 @@ class BPEMiddleware(AgentMiddleware):
         changes: dict[str, Any] = {}
         if text:
             changes["system_message"] = SystemMessage(f"{base}\n\n{text}" if base else text)
+        tools = list(getattr(request, "tools", None) or [])
+        ordered = [t for t in tools if _tool_name(t) not in META_ACTION_NAMES] + [t for t in tools if _tool_name(t) in META_ACTION_NAMES]
+        if ordered != tools:  # LangChain lists middleware tools first; the harness offers them last
+            changes["tools"] = ordered
         if self.window is not None:
             shown = window(request.messages, self.window, role=message_role)
             if len(shown) < len(request.messages):
@@ -168,6 +172,12 @@ class BPEMiddleware(AgentMiddleware):
         self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command]]
     ) -> ToolMessage | Command:
         return await aobserve_tool_call(self.adapter, request, handler)
+
+
+def _tool_name(tool: Any) -> str | None:
+    if isinstance(tool, dict):
+        return (tool.get("function") or tool).get("name")
+    return getattr(tool, "name", None)
 
 
 _ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}

@@ -20,7 +20,7 @@ from evoharness_bpe.trace import Outcome, Trace
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelCallLimitMiddleware, hook_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphRecursionError
 
 from .callbacks import TraceCallbackHandler
@@ -49,8 +49,11 @@ def env_tools(env: Env | list[dict[str, Any]], episode: _Episode | None = None, 
     def make(name: str) -> Any:
         def call(**arguments: Any) -> str:
             result = env.step({"name": name, "arguments": arguments})  # type: ignore[union-attr]
-            episode.counters.env_step(bool(result.info.get("invalid")))
+            invalid = bool(result.info.get("invalid"))
+            episode.counters.env_step(invalid)
             episode.done = episode.done or result.done
+            if invalid:  # an error result, observed as an error, as in the other loops
+                raise ToolException(result.observation)
             return result.observation
 
         return call
@@ -60,7 +63,13 @@ def env_tools(env: Env | list[dict[str, Any]], episode: _Episode | None = None, 
         fn = spec.get("function", spec)
         parameters = fn.get("parameters") or {"type": "object", "properties": {}}
         tools.append(
-            StructuredTool(name=fn["name"], description=fn.get("description") or fn["name"], args_schema=parameters, func=make(fn["name"]))
+            StructuredTool(
+                name=fn["name"],
+                description=fn.get("description") or fn["name"],
+                args_schema=parameters,
+                func=make(fn["name"]),
+                handle_tool_error=True,
+            )
         )
     return tools
 
@@ -129,22 +138,25 @@ class _EpisodeGuard(AgentMiddleware):
     async def awrap_model_call(self, request: Any, handler: Any) -> Any:
         return self._count_replies(await handler(request))
 
-    def _count(self, request: Any, result: Any) -> Any:
+    def _count(self, request: Any, result: Any, steps_before: int) -> Any:
         name = request.tool_call["name"]
         failed = isinstance(result, ToolMessage) and result.status == "error"
+        counters = self.episode.counters
         if request.tool is None:
-            self.episode.counters.bad_call()  # a tool the model made up
+            counters.bad_call()  # a tool the model made up
         elif name in self.meta_names:
-            self.episode.counters.meta_action(name, ok=not failed)
-        elif failed:
-            self.episode.counters.bad_call()  # refused before it reached the environment
+            counters.meta_action(name, ok=not failed)
+        elif failed and counters.steps == steps_before:
+            counters.env_step(invalid=True)  # refused before it reached the environment
         return result
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return self._count(request, handler(request))
+        before = self.episode.counters.steps
+        return self._count(request, handler(request), before)
 
     async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return self._count(request, await handler(request))
+        before = self.episode.counters.steps
+        return self._count(request, await handler(request), before)
 
 
 def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config: EpisodeConfig | None = None) -> Trace:
