@@ -126,8 +126,7 @@ def harness_environment(
         result = self.env.step({"name": name, "arguments": args})
         invalid = bool(result.info.get("invalid"))
         self.counters.env_step(invalid)
-        arguments = args if isinstance(args, dict) else None
-        self.ws.observe(name, arguments, result=None if invalid else result.observation, error=result.observation if invalid else None)
+        self.ws.observe(name, result=None if invalid else result.observation, error=result.observation if invalid else None)
         self.done = self.done or result.done
         if self.refresh_dashboard and not self.done:
             return f"{result.observation}\n\n{self.ws.dashboard()}"

@@ -108,7 +108,7 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
                 else:
                     counters.bad_call()  # a tool the model made up: the environment's answer, no step
                 if harness == "bpe":
-                    ws.observe(str(name), _arguments(fn.get("arguments")), result=None if bad else content, error=content if bad else None)
+                    ws.observe(str(name), result=None if bad else content, error=content if bad else None)
                 memory.append(f"[{name} {fn.get('arguments', '')}] {content}")
                 done = done or step.done
             history.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})

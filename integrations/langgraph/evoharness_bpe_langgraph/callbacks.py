@@ -193,9 +193,9 @@ class TraceCallbackHandler(BaseCallbackHandler):
             },
         )
         if log is not None:
-            trace.meta_actions = list(log.events)
-            trace.dashboards = list(log.snapshots)
-            trace.ledger = log.ledger.summary()
+            trace.meta_actions = list(log.recorder.events)
+            trace.dashboards = list(log.recorder.snapshots)
+            trace.ledger = log.recorder.summary()
         else:
             trace.dashboards = _dashboards_in(run.model_calls)
         if bpe:
