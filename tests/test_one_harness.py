@@ -12,7 +12,8 @@ import pytest
 
 from evoharness_bpe.harness import count_prompt_tokens, episode_tools
 from evoharness_bpe.lab.envs import make_env
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe.trace import Trace
 

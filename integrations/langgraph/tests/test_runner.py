@@ -9,7 +9,8 @@ import pytest
 from evoharness_bpe import MemoryExperienceStore
 from evoharness_bpe.lab.envs.base import EnvOutcome, StepResult
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 
 
