@@ -98,3 +98,15 @@ def test_the_four_tool_renderings_are_equal() -> None:
         assert trace.tools == expected, loop
         prompt = policy.calls[0][0]
         assert trace.model_calls[0].prompt_tokens == count_prompt_tokens(prompt, expected).tokens, loop
+
+
+def test_without_the_harness_the_three_runners_show_the_full_history_alike() -> None:
+    config = EpisodeConfig(harness="none", seed=1, max_steps=200)
+    played = {loop: play(loop, "crm-migration", 1, config) for loop in LOOPS[:3]}
+    core, core_policy = played["core"]
+    assert core.outcome.success and len(core_policy.calls[-1][0]) == 2 * len(core_policy.calls)  # nothing cut
+    for loop, (trace, policy) in played.items():
+        assert [shown(m) for m, _ in policy.calls] == [shown(m) for m, _ in core_policy.calls], loop
+        assert [t for _, t in policy.calls] == [episode_tools(make_env("crm-migration", 1), "none")] * len(policy.calls), loop
+        assert trace.metadata["prompt_tokens"] == core.metadata["prompt_tokens"], loop
+        assert trace.outcome.info["steps"] == core.outcome.info["steps"] and trace.outcome.info["invalid_actions"] == 0, loop
