@@ -38,7 +38,7 @@ class _Episode:
         self.done = False
 
 
-def env_tools(env: Env | list[dict[str, Any]], episode: _Episode | None = None, *, specs: list[dict[str, Any]] | None = None) -> list[BaseTool]:
+def env_tools(env: Env, episode: _Episode | None = None, *, specs: list[dict[str, Any]] | None = None) -> list[BaseTool]:
     """The environment's tools as LangChain tools; arguments go to `env.step` unvalidated.
 
     `specs` (default ``env.tools()``) sets their order and text, e.g. the environment part of
@@ -48,7 +48,7 @@ def env_tools(env: Env | list[dict[str, Any]], episode: _Episode | None = None, 
 
     def make(name: str) -> Any:
         def call(**arguments: Any) -> str:
-            result = env.step({"name": name, "arguments": arguments})  # type: ignore[union-attr]
+            result = env.step({"name": name, "arguments": arguments})
             invalid = bool(result.info.get("invalid"))
             episode.counters.env_step(invalid)
             episode.done = episode.done or result.done
@@ -59,7 +59,7 @@ def env_tools(env: Env | list[dict[str, Any]], episode: _Episode | None = None, 
         return call
 
     tools: list[BaseTool] = []
-    for spec in specs if specs is not None else env.tools():  # type: ignore[union-attr]
+    for spec in specs if specs is not None else env.tools():
         fn = spec.get("function", spec)
         parameters = fn.get("parameters") or {"type": "object", "properties": {}}
         tools.append(
