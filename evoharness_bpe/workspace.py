@@ -335,7 +335,7 @@ class Workspace:
             hints=self.hints() if self.inject == "full" else (),
             budget=self.dashboard_tokens,
             mode=self.inject,
-            count_tokens=self.token_counter,
+            token_counter=self.token_counter,
         )
         if record:
             self.recorder.dashboard(DashboardSnapshot(step=self.state.step, text=text, tokens=tokens), (time.perf_counter() - started) * 1000)
