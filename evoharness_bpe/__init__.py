@@ -20,12 +20,15 @@ from .stores import (
     SQLiteExperienceStore,
 )
 from .trace import DashboardSnapshot, MetaActionEvent, ModelCall, Outcome, Trace, TraceWriter, read_traces
-from .workspace import ActionResult, EpisodeSummary, Workspace
+from .recorder import EpisodeRecorder
+from .workspace import ActionResult, EpisodeSummary, Workspace, WorkspaceOptions
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Workspace",
+    "WorkspaceOptions",
+    "EpisodeRecorder",
     "ActionResult",
     "EpisodeSummary",
     "BPEState",

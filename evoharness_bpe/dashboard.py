@@ -94,14 +94,14 @@ def render_dashboard(
     hints: Sequence[ExperienceEntry] = (),
     budget: int = 600,
     mode: InjectMode = "full",
-    count_tokens: TokenCounter = approx_tokens,
+    token_counter: TokenCounter = approx_tokens,
 ) -> str:
     """Render the dashboard for `state` within `budget` tokens ("" when `mode` is "off").
 
     Lines are added by priority — goal, counts, cost; then next subgoals, exceptions, beliefs
     and hints — as long as they fit.
     """
-    return render(state, ledger=ledger, hints=hints, budget=budget, mode=mode, count_tokens=count_tokens).text
+    return render(state, ledger=ledger, hints=hints, budget=budget, mode=mode, token_counter=token_counter).text
 
 
 def render(
@@ -111,7 +111,7 @@ def render(
     hints: Sequence[ExperienceEntry] = (),
     budget: int = 600,
     mode: InjectMode = "full",
-    count_tokens: TokenCounter = approx_tokens,
+    token_counter: TokenCounter = approx_tokens,
 ) -> RenderedDashboard:
     """`render_dashboard`, returning the token count too (so callers need not count again)."""
     if mode == "off":
@@ -124,22 +124,22 @@ def render(
     )
     tail = [_cost_line(ledger), CLOSE_TAG]
     fixed = [head, progress_line, *tail]
-    used = sum(count_tokens(line) for line in fixed)
+    used = sum(token_counter(line) for line in fixed)
     goal_chars = 300
     goal_line = f"GOAL: {_safe(state.progress.goal, goal_chars)}"
-    while count_tokens(goal_line) > budget - used and goal_chars > 8:
+    while token_counter(goal_line) > budget - used and goal_chars > 8:
         goal_chars //= 2
         goal_line = f"GOAL: {_safe(state.progress.goal, goal_chars)}"
-    used += count_tokens(goal_line)
+    used += token_counter(goal_line)
 
     body: list[str] = []
     for header, lines in _sections(state, hints, mode):
         if not lines:
             continue
-        header_cost = count_tokens(header)
+        header_cost = token_counter(header)
         added = False
         for line in lines:
-            cost = count_tokens(line) + (0 if added else header_cost)
+            cost = token_counter(line) + (0 if added else header_cost)
             if used + cost > budget:
                 break
             if not added:
@@ -149,14 +149,14 @@ def render(
             used += cost
 
     text = "\n".join([head, goal_line, progress_line, *body, *tail])
-    if count_tokens is approx_tokens:  # additive over lines: `used` is exact
+    if token_counter is approx_tokens:  # additive over lines: `used` is exact
         return RenderedDashboard(text, used)
     # Another counter may not be additive over lines and overshoot: drop optional lines.
-    tokens = count_tokens(text)
+    tokens = token_counter(text)
     while body and tokens > budget:
         body.pop()
         if body and body[-1].endswith(":"):
             body.pop()
         text = "\n".join([head, goal_line, progress_line, *body, *tail])
-        tokens = count_tokens(text)
+        tokens = token_counter(text)
     return RenderedDashboard(text, tokens)

@@ -6,6 +6,7 @@ import functools
 import inspect
 import logging
 import time
+from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -28,13 +29,14 @@ from .exceptions import MetaActionError, UserError
 from .experience import ConsolidationPolicy, consolidate_note, credit, recall
 from .ledger import ActionCost, CostLedger, LedgerSummary
 from .sanitize import identifier, inline, quote
+from .recorder import EpisodeRecorder
 from .state import BPEState, Experience, Fact, OpenException, Progress, Subgoal, subgoal_id
 from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
 from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
 
-__all__ = ["Workspace", "ActionResult", "EpisodeSummary", "observed_tool_name"]
+__all__ = ["Workspace", "WorkspaceOptions", "ActionResult", "EpisodeSummary", "observed_tool_name"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +44,42 @@ _log = logging.getLogger(__name__)
 _OBSERVED_CHARS = 300
 _TOOL_NAME_CHARS = 64
 _INJECT_MODES = ("full", "summary", "off")
+
+
+@dataclass(frozen=True)
+class WorkspaceOptions:
+    """How a workspace renders and counts, validated once; share one across many workspaces.
+
+    >>> WorkspaceOptions(dashboard_tokens=400, inject="summary").inject
+    'summary'
+    """
+
+    dashboard_tokens: int = 600
+    """Token budget of the dashboard."""
+    inject: InjectMode = "full"
+    """Dashboard mode: ``full``, ``summary`` (no hints) or ``off``."""
+    token_counter: TokenCounter = approx_tokens
+    """Counts the tokens of a text (dashboard budget, meta-action costs)."""
+    consolidation: ConsolidationPolicy = field(default_factory=ConsolidationPolicy)
+    """How notes are merged, replaced and decayed in the experience store."""
+    max_beliefs: int = 5_000
+    """Facts Belief holds before `track` refuses new keys."""
+    max_exceptions: int = 50
+    """Open tool errors Belief keeps; the oldest observed ones make room."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dashboard_tokens, int) or self.dashboard_tokens < MIN_DASHBOARD_TOKENS:
+            raise UserError(f"dashboard_tokens must be at least {MIN_DASHBOARD_TOKENS}")
+        if self.inject not in _INJECT_MODES:
+            raise UserError(f"inject must be one of {', '.join(_INJECT_MODES)}, not {self.inject!r}")
+        if not callable(self.token_counter):
+            raise UserError("token_counter must be a function text -> number of tokens")
+        if not isinstance(self.consolidation, ConsolidationPolicy):
+            raise UserError(f"consolidation must be a ConsolidationPolicy, not {type(self.consolidation).__name__}")
+        if not isinstance(self.max_beliefs, int) or self.max_beliefs < 1:
+            raise UserError("max_beliefs must be a positive number of facts")
+        if not isinstance(self.options.max_exceptions, int) or self.options.max_exceptions < 1:
+            raise UserError("max_exceptions must be a positive number of exceptions")
 
 
 class ActionResult(BaseModel):
@@ -82,37 +120,39 @@ class Workspace:
         subgoals: Sequence[str] | None = None,
         store: ExperienceStore | None = None,
         namespace: Sequence[str] = ("default",),
-        dashboard_tokens: int = 600,
-        inject: InjectMode = "full",
+        dashboard_tokens: int | None = None,
+        inject: InjectMode | None = None,
         *,
-        token_counter: TokenCounter = approx_tokens,
-        policy: ConsolidationPolicy | None = None,
-        max_beliefs: int = 5_000,
-        max_exceptions: int = 50,
+        token_counter: TokenCounter | None = None,
+        consolidation: ConsolidationPolicy | None = None,
+        max_beliefs: int | None = None,
+        max_exceptions: int | None = None,
+        options: WorkspaceOptions | None = None,
         state: BPEState | None = None,
+        recorder: EpisodeRecorder | None = None,
     ) -> None:
         if not isinstance(goal, str) or not goal.strip():
             raise UserError("goal must be a non-empty string describing what the episode is for")
-        if dashboard_tokens < MIN_DASHBOARD_TOKENS:
-            raise UserError(f"dashboard_tokens must be at least {MIN_DASHBOARD_TOKENS}")
-        if inject not in _INJECT_MODES:
-            raise UserError(f"inject must be one of {', '.join(_INJECT_MODES)}, not {inject!r}")
+        given = {
+            "dashboard_tokens": dashboard_tokens,
+            "inject": inject,
+            "token_counter": token_counter,
+            "consolidation": consolidation,
+            "max_beliefs": max_beliefs,
+            "max_exceptions": max_exceptions,
+        }
+        given = {k: v for k, v in given.items() if v is not None}
+        if options is not None and given:
+            raise UserError(f"pass either options= or {', '.join(given)}, not both")
+        self.options = options if options is not None else WorkspaceOptions(**given)
         self.namespace = validate_namespace(namespace)
         self.store: ExperienceStore = store if store is not None else MemoryExperienceStore()
-        self.dashboard_tokens = dashboard_tokens
-        self.inject: InjectMode = inject
-        self.count_tokens = token_counter
-        self.policy = policy or ConsolidationPolicy()
-        self.max_beliefs = max_beliefs
-        self.max_exceptions = max_exceptions
-        self.ledger = CostLedger()
-        self.events: list[MetaActionEvent] = []
-        self.snapshots: list[DashboardSnapshot] = []
+        self.recorder = recorder if recorder is not None else EpisodeRecorder()
         self._hint_cache: tuple[str, int, list[ExperienceEntry]] | None = None
         self._notes_written = 0
         self._finished: EpisodeSummary | None = None
         if state is not None:
-            self.state = state.model_copy(deep=True)
+            self._state = state.model_copy(deep=True)
         else:
             progress = Progress(goal=goal.strip())
             for title in subgoals or ():
@@ -120,7 +160,7 @@ class Workspace:
                 if not sid or sid in progress.subgoals:
                     raise UserError(f"subgoal titles must be distinct and contain letters or digits: {title!r}")
                 progress.subgoals[sid] = Subgoal(id=sid, title=title.strip())
-            self.state = BPEState(progress=progress, experience=Experience(namespace=self.namespace))
+            self._state = BPEState(progress=progress, experience=Experience(namespace=self.namespace))
         self._handlers: dict[str, Callable[[Any], str]] = {
             "track": self._track,
             "commit": self._commit,
@@ -128,16 +168,64 @@ class Workspace:
             "note": self._note,
         }
 
+    # -- options and record ------------------------------------------------------------------
+    @property
+    def state(self) -> BPEState:
+        """Belief, Progress and the episode's Experience view (replace it with `restore`)."""
+        return self._state
+
+    @property
+    def dashboard_tokens(self) -> int:
+        return self.options.dashboard_tokens
+
+    @property
+    def inject(self) -> InjectMode:
+        return self.options.inject
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        return self.options.token_counter
+
+    @property
+    def consolidation(self) -> ConsolidationPolicy:
+        return self.options.consolidation
+
+    @property
+    def ledger(self) -> CostLedger:
+        """The run's cost ledger (kept by `recorder`)."""
+        return self.recorder.ledger
+
+    @property
+    def events(self) -> list[MetaActionEvent]:
+        """The run's meta-action events (kept by `recorder`)."""
+        return self.recorder.events
+
+    @property
+    def snapshots(self) -> list[DashboardSnapshot]:
+        """The run's dashboard snapshots (kept by `recorder`)."""
+        return self.recorder.snapshots
+
     # -- construction from saved state ------------------------------------------------------
     @classmethod
     def from_state(cls, state: BPEState | dict[str, Any] | str, **kwargs: Any) -> Workspace:
-        """Rebuild a workspace from a saved `BPEState` (model, dict or JSON)."""
-        if isinstance(state, str):
-            state = BPEState.model_validate_json(state)
-        elif isinstance(state, dict):
-            state = BPEState.model_validate(state)
+        """Build a workspace that continues from a saved `BPEState` (model, dict or JSON).
+
+        `kwargs` are the constructor's (store, options, recorder, ...); the namespace defaults
+        to the state's own.
+
+        >>> ws = Workspace("Count to three")
+        >>> _ = ws.act("track", {"key": "n", "value": "2"})
+        >>> Workspace.from_state(ws.state.model_dump_json()).state.belief.facts["n"].value
+        '2'
+        """
+        state = _as_state(state)
         kwargs.setdefault("namespace", state.experience.namespace)
         return cls(state.progress.goal, state=state, **kwargs)
+
+    def restore(self, state: BPEState | dict[str, Any] | str) -> None:
+        """Continue from a saved `BPEState` in place: same store, options and recorder."""
+        self._state = _as_state(state).model_copy(deep=True)
+        self._hint_cache = None
 
     # -- tools -------------------------------------------------------------------------------
     @property
@@ -173,14 +261,14 @@ class Workspace:
         # The trace keeps JSON text, as models emit it; a refused call only its first part.
         raw = bounded_json(args, MAX_ARGUMENT_CHARS if ok else MAX_RECORDED_CHARS)
         cost = ActionCost(
-            tokens_in=self.count_tokens(raw),
-            tokens_out=self.count_tokens(content),
+            tokens_in=self.token_counter(raw),
+            tokens_out=self.token_counter(content),
             wall_ms=(time.perf_counter() - started) * 1000,
         )
         label = name if isinstance(name, str) and name in self._handlers else "unknown"
-        self.ledger.record_action(label, cost, ok)
-        self.events.append(
-            MetaActionEvent(step=step, name=_event_name(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id)
+        self.recorder.action(
+            MetaActionEvent(step=step, name=_event_name(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id),
+            label,
         )
         return ActionResult(ok=ok, content=content, cost=cost)
 
@@ -189,9 +277,9 @@ class Workspace:
         if args.value is None:
             old = belief.retract(args.key)
             return f"retracted {args.key} (was {old.value!r})"
-        if args.key not in belief.facts and len(belief.facts) >= self.max_beliefs and not self._evict_observed(1):
+        if args.key not in belief.facts and len(belief.facts) >= self.options.max_beliefs and not self._evict_observed(1):
             raise MetaActionError(
-                f"Belief is full ({self.max_beliefs} facts); retract facts that no longer matter first",
+                f"Belief is full ({self.options.max_beliefs} facts); retract facts that no longer matter first",
                 field="key",
             )
         old = belief.upsert(
@@ -210,7 +298,7 @@ class Workspace:
         return f"{sub.id}: {previous} → {args.status} ({counts['done']} done, {open_count} open)"
 
     def _recall(self, args: RecallArgs) -> str:
-        hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.policy)
+        hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.consolidation)
         if not hits:
             return f"no experience matches {quote(args.query, 120)}"
         recalled = self.state.experience.recalled
@@ -232,7 +320,7 @@ class Workspace:
             tags=args.tags,
             kind=args.kind,
             supersedes=args.supersedes,
-            policy=self.policy,
+            policy=self.consolidation,
         )
         self._notes_written += 1
         noted = self.state.experience.noted
@@ -253,7 +341,7 @@ class Workspace:
         cached = self._hint_cache
         if cached is not None and cached[0] == query and cached[1] == self._notes_written:
             return cached[2]
-        entries = [h.entry for h in recall(self.store, self.namespace, query, k=2, policy=self.policy)]
+        entries = [h.entry for h in recall(self.store, self.namespace, query, k=2, policy=self.consolidation)]
         self._hint_cache = (query, self._notes_written, entries)
         return entries
 
@@ -272,17 +360,14 @@ class Workspace:
             hints=self.hints() if self.inject == "full" else (),
             budget=self.dashboard_tokens,
             mode=self.inject,
-            count_tokens=self.count_tokens,
+            token_counter=self.token_counter,
         )
         if record:
-            self.ledger.record_dashboard(tokens, (time.perf_counter() - started) * 1000)
-            self.snapshots.append(DashboardSnapshot(step=self.state.step, text=text, tokens=tokens))
+            self.recorder.dashboard(DashboardSnapshot(step=self.state.step, text=text, tokens=tokens), (time.perf_counter() - started) * 1000)
         return text
 
     # -- environment adapter ------------------------------------------------------------------
-    def observe(
-        self, tool: str, args: Any = None, result: Any = None, error: BaseException | str | None = None
-    ) -> Fact | None:
+    def observe(self, tool: str, *, result: Any = None, error: BaseException | str | None = None) -> Fact | None:
         """Record an ordinary tool's outcome: its last result in Belief, an error as an exception.
 
         A later success of the same tool resolves the exception its error opened. Observations
@@ -301,7 +386,7 @@ class Workspace:
             message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
             value = inline(message, _OBSERVED_CHARS)
             if key not in progress.exceptions:
-                self._drop_observed_exceptions(self.max_exceptions - 1)
+                self._drop_observed_exceptions(self.options.max_exceptions - 1)
             progress.exceptions[key] = OpenException(id=key, message=value, source=tool, step=step)
             fact = self._observe_fact(Fact(key=f"{key}:error", value=value, source=tool, step=step))
         else:
@@ -314,9 +399,9 @@ class Workspace:
 
     def _observe_fact(self, fact: Fact) -> Fact | None:
         facts = self.state.belief.facts
-        if fact.key not in facts and len(facts) >= self.max_beliefs:
-            self._evict_observed(len(facts) - self.max_beliefs + 1)
-            if len(facts) >= self.max_beliefs:
+        if fact.key not in facts and len(facts) >= self.options.max_beliefs:
+            self._evict_observed(len(facts) - self.options.max_beliefs + 1)
+            if len(facts) >= self.options.max_beliefs:
                 return None
         self.state.belief.upsert(fact)
         return fact
@@ -352,9 +437,9 @@ class Workspace:
                 try:
                     result = await fn(*args, **kwargs)
                 except Exception as exc:
-                    self.observe(tool, _call_args(args, kwargs), error=exc)
+                    self.observe(tool, error=exc)
                     raise
-                self.observe(tool, _call_args(args, kwargs), result=result)
+                self.observe(tool, result=result)
                 return result
 
             return awrapper  # type: ignore[return-value]
@@ -364,9 +449,9 @@ class Workspace:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                self.observe(tool, _call_args(args, kwargs), error=exc)
+                self.observe(tool, error=exc)
                 raise
-            self.observe(tool, _call_args(args, kwargs), result=result)
+            self.observe(tool, result=result)
             return result
 
         return wrapper  # type: ignore[return-value]
@@ -427,5 +512,11 @@ def _event_name(name: Any) -> str:
     return "None" if name is None else f"<{type(name).__name__}>"
 
 
-def _call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"args": list(args), **kwargs} if args else dict(kwargs)
+def _as_state(state: BPEState | dict[str, Any] | str) -> BPEState:
+    if isinstance(state, BPEState):
+        return state
+    if isinstance(state, str):
+        return BPEState.model_validate_json(state)
+    if isinstance(state, dict):
+        return BPEState.model_validate(state)
+    raise UserError(f"state must be a BPEState, a dict or JSON text, not {type(state).__name__}")

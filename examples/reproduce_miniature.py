@@ -30,7 +30,8 @@ from typing import Any
 
 from evoharness_bpe import TraceWriter
 from evoharness_bpe.lab.envs import make_env
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.lab.policies import ExpertPolicy, TransformersPolicy
 from evoharness_bpe.lab.runner.metrics import episode_metrics
 from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS, run_grpo

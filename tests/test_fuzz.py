@@ -43,7 +43,7 @@ def check_call(ws: Workspace, name, args) -> None:
         assert ws.store.count(ws.namespace) == count_before
     text = ws.dashboard(record=False)
     assert text.startswith(OPEN_TAG) and text.endswith(CLOSE_TAG) and text.count(CLOSE_TAG) == 1
-    assert ws.count_tokens(text) <= ws.dashboard_tokens
+    assert ws.token_counter(text) <= ws.dashboard_tokens
 
 
 @given(calls=st.lists(st.tuples(names, arguments), min_size=1, max_size=8))

@@ -17,3 +17,40 @@ def test_core_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_core_loads_no_lab_module_framework_torch_or_vllm() -> None:
+    code = (
+        "import sys, evoharness_bpe, evoharness_bpe.harness, evoharness_bpe.recorder\n"
+        "from evoharness_bpe.harness import episode_tools, count_prompt_tokens\n"
+        "loaded = [m for m in sys.modules if m.startswith('evoharness_bpe.lab') or m.split('.')[0] in "
+        f"{HEAVY!r} + ('evoharness_bpe_langgraph', 'evoharness_bpe_llamaindex', 'evoharness_bpe_training')]\n"
+        "print(' '.join(sorted(loaded)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_lab_has_no_import_circle() -> None:
+    # Each lab module imports on its own, first, in a fresh interpreter: a circle hidden by import
+    # order would fail for one of them.
+    for module in ("frameworks", "registry", "runner.core", "envs", "cli", "policies"):
+        code = f"import evoharness_bpe.lab.{module}"
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+
+def test_core_docstring_examples_run() -> None:
+    import doctest
+    import importlib
+    import pkgutil
+
+    import evoharness_bpe
+
+    names = [m.name for m in pkgutil.walk_packages(evoharness_bpe.__path__, "evoharness_bpe.")
+             if not m.name.startswith(("evoharness_bpe.lab", "evoharness_bpe.stores.postgres"))]
+    tried = 0
+    for name in names:
+        result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, name
+        tried += result.attempted
+    assert tried >= 15  # the workspace, harness, recorder and store examples really ran

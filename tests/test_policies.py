@@ -142,6 +142,9 @@ def test_openai_policy_plays_an_episode_through_a_local_server(server) -> None: 
     assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer k"
     assert first["body"]["model"] == "served-model" and {t["function"]["name"] for t in first["body"]["tools"]} >= {"decide", "commit"}
     assert len(policy.usage) == len(trace.model_calls)
+    # the server's usage is the exact prompt size, recorded as such
+    assert trace.metadata["prompt_token_source"] == "exact" and set(trace.metadata["prompt_tokens"]) == {10}
+    assert policy.count_prompt_tokens([{"role": "user", "content": "another prompt"}], []) is None
 
 
 def test_openai_policy_parses_text_calls_and_reports_errors(server) -> None:  # type: ignore[no-untyped-def]

@@ -61,7 +61,7 @@ def test_random_sequences_keep_invariants(calls, budget) -> None:
             if exc_id.startswith("subgoal:"):
                 assert ws.state.progress.subgoals[exc_id[8:]].status in ("failed", "blocked")
         text = ws.dashboard()
-        assert ws.count_tokens(text) <= budget
+        assert ws.token_counter(text) <= budget
         assert text.startswith(OPEN_TAG) and text.endswith(CLOSE_TAG) and text.count(CLOSE_TAG) == 1
         assert BPEState.model_validate_json(ws.state.model_dump_json()) == ws.state
     summary = ws.ledger.summary()

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from evoharness_bpe import read_traces
+from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.cli import main
 from evoharness_bpe.lab.envs import make_env
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.lab.policies import ExpertPolicy
-from evoharness_bpe.lab.runner.core import prompt_tokens, run_episode, window
+from evoharness_bpe.harness import count_prompt_tokens, window
+from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.lab.runner.metrics import episode_metrics
 from evoharness_bpe.stores import SQLiteExperienceStore
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
@@ -36,7 +39,8 @@ def test_core_framework_traces_round_trip(tmp_path: Path) -> None:
         assert t.outcome.info["steps"] > 0 and t.outcome.info["invalid_actions"] == 0
         # each model call keeps the exact prompt it got; its reply is the next assistant message
         call = t.model_calls[3]
-        assert call.messages[0]["role"] == "system" and call.prompt_tokens == prompt_tokens(call.messages)
+        assert call.messages[0]["role"] == "system" and call.prompt_tokens == count_prompt_tokens(call.messages, t.tools).tokens
+        assert t.metadata["prompt_token_source"] == "approximate"
         assert call.response in [m for m in t.messages if m["role"] == "assistant"]
     bpe = traces[2]
     assert "<workspace" in bpe.model_calls[-1].messages[0]["content"] or bpe.dashboards
@@ -123,3 +127,35 @@ def test_runner_modules_import_nothing_heavy() -> None:
             "print(' '.join(m for m in ('torch', 'transformers', 'textworld', 'alfworld', 'matplotlib', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_run_plays_an_environment_given_as_module_and_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "plug_envs.py").write_text(
+        "from evoharness_bpe.lab.envs.crm import CRMMigrationEnv\n\n\n"
+        "class SmallMigration(CRMMigrationEnv):\n"
+        "    def __init__(self, difficulty=1):\n"
+        "        super().__init__(difficulty, records=6)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    assert main(["run", "--env", "plug_envs:SmallMigration", "--policy", "expert", "--harness", "bpe", "--episodes", "1",
+                 "--out", str(out)]) == 0
+    (row,) = json.loads((out / "metrics.json").read_text())["episodes"]
+    assert row["env"] == "crm-migration" and row["success"]  # the name the class gives itself
+    (trace,) = read_traces(out / "traces.jsonl")
+    assert "6 customer records" in trace.task
+    assert main(["run", "--env", "plug_envs:Nope", "--policy", "expert", "--out", str(out)]) == 1
+
+
+def test_one_registry_serves_run_and_train() -> None:
+    from evoharness_bpe.lab import registry
+
+    assert {"crm-migration", "compliance-review", "alfworld", "textworld"} <= set(registry.available_envs())
+    assert registry.available_frameworks()[0] == "core" and registry.load_framework("core") is run_episode
+    assert registry.make_env("compliance-review", 2).difficulty == 2
+    with pytest.raises(UserError, match="unknown environment"):
+        registry.make_env("nowhere")
+    with pytest.raises(UserError, match="not installed"):
+        registry.load_framework("nonesuch")
+    with pytest.raises(UserError, match="cannot load framework"):
+        registry.load_framework("evoharness_bpe.lab.runner.core:nothing_here")

@@ -27,7 +27,7 @@ def assert_structure(ws: Workspace, text: str) -> None:
     assert sum(line.startswith("GOAL:") for line in lines) == 1
     assert sum(line.startswith("COST:") for line in lines) == 1
     assert "<|" not in text and all(ch >= " " or ch == "\n" for ch in text)
-    assert ws.count_tokens(text) <= ws.dashboard_tokens
+    assert ws.token_counter(text) <= ws.dashboard_tokens
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,8 +39,8 @@ def test_hostile_text_everywhere(goal, key, value, note, tool_result) -> None:
     ws.act("track", {"key": key[:200] or "k", "value": value[:4000]})
     ws.act("commit", {"subgoal": ("s " + key)[:200], "status": "blocked", "note": note[:1000]})
     ws.act("note", {"text": note[:2000] or "n", "tags": [t[:40] for t in [key, value] if t][:16]})
-    ws.observe("fetch", {"q": key}, result=tool_result)
-    ws.observe("upload", {}, error=tool_result or "boom")
+    ws.observe("fetch", result=tool_result)
+    ws.observe("upload", error=tool_result or "boom")
     assert_structure(ws, ws.dashboard())
 
 
@@ -58,7 +58,7 @@ def test_megabytes_are_refused_or_cut() -> None:
         result = ws.act(name, args)
         assert not result.ok and field in result.content and "at most" in result.content
         assert len(result.content) < 1000
-    ws.observe("export", {}, result=huge)
-    ws.observe("export", {}, error=huge)
+    ws.observe("export", result=huge)
+    ws.observe("export", error=huge)
     assert len(ws.state.belief.facts["tool:export:last"].value) <= 300
     assert_structure(ws, ws.dashboard())

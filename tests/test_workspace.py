@@ -159,7 +159,7 @@ def test_dashboard_budget_with_large_state() -> None:
         ws.act("track", {"key": f"fact.{i}", "value": "value " * 50})
         ws.act("commit", {"subgoal": f"batch {i}", "status": "failed" if i % 7 == 0 else "todo", "note": "x " * 100})
     text = ws.dashboard()
-    assert ws.count_tokens(text) <= 200
+    assert ws.token_counter(text) <= 200
     assert text.endswith(CLOSE_TAG) and "COST:" in text
 
 
@@ -247,7 +247,68 @@ def test_dashboard_token_count_is_exact(ws: Workspace) -> None:
     ws.act("track", {"key": "api.limit", "value": "5 requests/s, then 429 «retry»"})
     ws.act("commit", {"subgoal": "batch 1", "status": "failed", "note": "503\nagain"})
     text = ws.dashboard()
-    assert ws.snapshots[-1].tokens == ws.count_tokens(text)
+    assert ws.snapshots[-1].tokens == ws.token_counter(text)
     summary = ws.ledger.summary()
-    assert summary.dashboard_tokens == ws.count_tokens(text)
+    assert summary.dashboard_tokens == ws.token_counter(text)
     assert ws.ledger.totals().harness_tokens == summary.harness_tokens
+
+
+def test_options_are_validated_once_in_one_object() -> None:
+    from evoharness_bpe import ConsolidationPolicy, WorkspaceOptions
+
+    options = WorkspaceOptions(dashboard_tokens=300, inject="summary", consolidation=ConsolidationPolicy())
+    a, b = Workspace("one", options=options), Workspace("two", options=options)
+    assert a.options is b.options and a.dashboard_tokens == 300 and b.inject == "summary"
+    with pytest.raises(UserError, match="not both"):
+        Workspace("three", options=options, dashboard_tokens=400)
+    with pytest.raises(UserError, match="inject"):
+        WorkspaceOptions(inject="loud")  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="consolidation"):
+        WorkspaceOptions(consolidation="merge")  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="dashboard_tokens"):
+        Workspace("four", dashboard_tokens=10)
+
+
+def test_one_recorder_keeps_a_run_across_rebuilt_workspaces() -> None:
+    from evoharness_bpe import EpisodeRecorder
+
+    recorder = EpisodeRecorder()
+    first = Workspace("Migrate", subgoals=["batch 1"], recorder=recorder)
+    first.act("commit", {"subgoal": "batch 1", "status": "doing"}, tool_call_id="c1")
+    first.dashboard()
+    again = Workspace.from_state(first.state.model_dump(mode="json"), recorder=recorder)
+    again.act("track", {"key": "page", "value": "2"})
+    assert [e.name for e in recorder.events] == ["commit", "track"] and len(recorder.snapshots) == 1
+    assert again.ledger is recorder.ledger and recorder.summary().meta_action_calls == 2
+    assert again.state.progress.subgoals["batch-1"].status == "doing"
+    assert recorder.label(1, "c2", "track") and not recorder.label(0, "c9") and not recorder.label(7, "c3")
+    assert recorder.events[1].tool_call_id == "c2"
+
+
+def test_restore_continues_from_a_saved_state_in_place() -> None:
+    ws = Workspace("Migrate", subgoals=["batch 1"])
+    saved = ws.state.model_dump_json()
+    ws.act("track", {"key": "page", "value": "2"})
+    events = list(ws.events)
+    ws.restore(saved)
+    assert "page" not in ws.state.belief.facts and ws.events == events  # the record stays
+    with pytest.raises(AttributeError):
+        ws.state = Workspace("other").state  # type: ignore[misc]
+    with pytest.raises(UserError, match="state must be"):
+        ws.restore(42)  # type: ignore[arg-type]
+
+
+def test_integrations_never_overwrite_a_workspace_record_or_state() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"\b(ws|workspace)\.(ledger|events|snapshots|state|_\w+|recorder|options)\s*(,[^=\n]*)?=[^=]")
+    offenders = []
+    for folder in ("integrations/langgraph/evoharness_bpe_langgraph", "integrations/llamaindex/evoharness_bpe_llamaindex",
+                   "training/evoharness_bpe_training", "evoharness_bpe/lab"):
+        for path in (root / folder).rglob("*.py"):
+            for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+                if pattern.search(line) and not line.lstrip().startswith("#"):
+                    offenders.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    assert offenders == []

@@ -32,13 +32,15 @@ _DEFAULT_ENVS = ["crm-migration", "compliance-review"]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .envs import ENVIRONMENTS
     from .policies.transformers import INSTALL_EMBEDDED, embedded_model_dir
+    from .registry import env_factory
     from .runner.suite import RunConfig, RunInterrupted, run_suite
 
     for env in args.env or ():
-        if env not in ENVIRONMENTS:
-            raise UserError(f"unknown --env {env!r}; choose from {', '.join(ENVIRONMENTS)}")
+        try:
+            env_factory(env)  # fail now on an unknown name or a spec that does not load
+        except UserError as exc:
+            raise UserError(f"--env: {exc}") from None
     if args.game and "textworld" not in (args.env or ()):
         raise UserError("--game is for TextWorld: add --env textworld")
     for game in args.game or ():
@@ -153,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="With no options: a short offline comparison of the three harnesses with the embedded "
         "model (or the expert policies when it is not installed).",
     )
-    run.add_argument("--env", nargs="+", help="crm-migration, compliance-review, alfworld, textworld")
+    run.add_argument("--env", nargs="+", help="crm-migration, compliance-review, alfworld, textworld, an environment "
+                     "an installed package registers, or package.module:Class")
     run.add_argument("--policy", nargs="+", choices=["expert", "noisy", "local", "openai"], help="who acts")
     run.add_argument("--model", help="local model folder (local) or model name (openai)")
     run.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint (openai)")

@@ -1,30 +1,33 @@
-"""Which agent framework runs an episode: the core loop, or an installed integration.
+"""The contract of a framework runner: `EpisodeConfig` in, `Trace` out.
 
-A framework runner is a function ``run_episode(env, policy, store, config) -> Trace``. It plays
+A framework runner (`FrameworkRunner`) is a function ``run_episode(env, policy, store, config)
+-> Trace``. It plays
 one episode of `env` (already constructed with its difficulty) with `policy`, using the harness
 named in `config`, and returns the episode's `Trace`: messages, each model call's exact prompt
 (`Trace.model_calls`), meta-action events, dashboards, the ledger, and the outcome from
 `env.outcome()` with ``info["steps"]`` (environment tool calls) and ``info["invalid_actions"]``.
 
 The core loop is built in; integrations register theirs under the ``evoharness.frameworks``
-entry-point group (``langgraph = "evoharness_bpe_langgraph.runner:run_episode"``), so the core
-never imports a framework.
+entry-point group (``langgraph = "evoharness_bpe_langgraph.runner:run_episode"``), found by
+`evoharness_bpe.lab.registry.load_framework`, so the core never imports a framework. Each runner
+builds its prompts, tools, window and counts with `evoharness_bpe.harness`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from importlib.metadata import entry_points
-from typing import Literal
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..exceptions import UserError
+from ..harness import Harness
 
-__all__ = ["Harness", "EpisodeConfig", "FrameworkRunner", "available_frameworks", "load_framework"]
+if TYPE_CHECKING:
+    from ..stores.base import ExperienceStore
+    from ..trace import Trace
+    from .envs.base import Env
+    from .policy import Policy
 
-Harness = Literal["none", "append", "bpe"]
-ENTRY_POINT_GROUP = "evoharness.frameworks"
+__all__ = ["Harness", "EpisodeConfig", "FrameworkRunner"]
 
 
 class EpisodeConfig(BaseModel):
@@ -43,26 +46,10 @@ class EpisodeConfig(BaseModel):
     namespace: tuple[str, ...] = Field(default=("default",), description="Experience namespace.")
     dashboard_tokens: int = Field(default=600, ge=80, description="Dashboard token budget.")
     system_prompt: str | None = Field(default=None, description="Overrides the built-in system prompt.")
+    spec_style: str = Field(default="full", description="How tool specs are written: full (default) or compact.")
 
 
-FrameworkRunner = Callable[..., object]
+class FrameworkRunner(Protocol):
+    """Plays one episode of `env` with `policy` under `config` and returns its `Trace`."""
 
-
-def available_frameworks() -> list[str]:
-    """``core`` plus every framework an installed integration registers."""
-    return ["core", *sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))]
-
-
-def load_framework(name: str) -> FrameworkRunner:
-    """The `run_episode` function of framework `name`."""
-    if name == "core":
-        from .runner.core import run_episode  # noqa: PLC0415 - provided by the runner package
-
-        return run_episode
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            return ep.load()
-    raise UserError(
-        f"framework {name!r} is not installed; available: {', '.join(available_frameworks())}. "
-        f"Install its integration, e.g. `pip install evoharness-bpe-{name}`."
-    )
+    def __call__(self, env: Env, policy: Policy, store: ExperienceStore | None, config: EpisodeConfig) -> Trace: ...

@@ -5,21 +5,39 @@ into the tools of multi-turn rollouts and calls `reset(**row)` before each one. 
 here exposes the four meta-actions (through a core `Workspace`, so refused calls, costs and the
 ledger behave exactly as in deployment) and every tool of the wrapped `Env`, generated from the
 env's OpenAI specs. After a rollout, `rollout_cost` gives what the cost-aware reward needs.
+
+The tool list (order and text) is `evoharness_bpe.harness.episode_tools`, the one every loop
+offers; counting goes through the shared `EpisodeCounters`. `rollout_episode` plays a policy in
+the class exactly as the core loop does (dashboard in the system prompt, recent window).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any, Literal, Optional
 
-from evoharness_bpe import META_ACTIONS, Workspace
-from evoharness_bpe.lab.envs.base import Env
+from evoharness_bpe import ModelCall, Outcome, Trace, Workspace
 from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.harness import (
+    META_ACTIONS,
+    EpisodeCounters,
+    SpecStyle,
+    count_prompt_tokens,
+    episode_tools,
+    history_message,
+    instructions,
+    prompt_text,
+    system_prompt,
+    window,
+)
+from evoharness_bpe.lab.envs.base import Env
 
 from .rewards import RolloutCost
 
-__all__ = ["harness_environment", "rollout_tool_schemas"]
+__all__ = ["harness_environment", "rollout_tool_schemas", "rollout_episode"]
 
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
 
@@ -82,6 +100,7 @@ def harness_environment(
     refresh_dashboard: bool = True,
     dashboard_tokens: int = 600,
     default_difficulty: int | None = None,
+    style: SpecStyle = "full",
 ) -> type:
     """A TRL environment class wrapping the `Env` that `env_factory` builds.
 
@@ -89,28 +108,27 @@ def harness_environment(
     the first observation (TRL appends it to the prompt's last user message), or nothing when
     the row says ``opened=True``: its prompt already holds them. With
     `refresh_dashboard`, each environment tool's result is followed by the updated dashboard
-    (counted in the ledger, hence in the reward's token cost).
+    (counted in the ledger, hence in the reward's token cost). `style` selects the spec style of
+    the tools (`evoharness_bpe.harness.episode_tools`); the class keeps them as ``tool_specs``.
     """
     probe = env_factory()
-    specs = [*Workspace("probe").openai_tools(), *probe.tools()]
-    names = [s["function"]["name"] for s in specs]
-    if len(set(names)) != len(names):
-        raise UserError(f"the environment's tools clash with the meta-actions {', '.join(META_ACTIONS)}: {names}")
+    specs = episode_tools(probe, "bpe", style=style)
 
-    def dispatch(self: Any, name: str, args: dict[str, Any]) -> str:
+    def dispatch(self: Any, name: str, args: Any) -> str:
         if self.ws is None:
             raise UserError("reset() must be called before the tools")
         if name in META_ACTIONS:
-            return self.ws.act(name, args).content
+            result = self.ws.act(name, args)
+            self.counters.meta_action(name, result.ok)
+            return result.content
         if self.done:
             return "The episode is over; no further actions are applied."
         result = self.env.step({"name": name, "arguments": args})
-        self.steps += 1
-        self.invalid += bool(result.info.get("invalid"))
-        error = result.info.get("error") if result.info.get("invalid") else None
-        self.ws.observe(name, args, result=None if error else result.observation, error=error)
+        invalid = bool(result.info.get("invalid"))
+        self.counters.env_step(invalid)
+        self.ws.observe(name, result=None if invalid else result.observation, error=result.observation if invalid else None)
         self.done = self.done or result.done
-        if refresh_dashboard and not self.done:
+        if self.refresh_dashboard and not self.done:
             return f"{result.observation}\n\n{self.ws.dashboard()}"
         return result.observation
 
@@ -119,11 +137,13 @@ def harness_environment(
     def __init__(self: Any) -> None:
         self.env = env_factory()
         self.ws: Workspace | None = None
-        self.steps = self.invalid = 0
+        self.counters = EpisodeCounters()
         self.done = False
         self.seed = 0
+        self.task = self.observation = ""
+        self.refresh_dashboard = refresh_dashboard
 
-    def reset(self: Any, seed: int = 0, difficulty: int | None = None, opened: bool = False, **_: Any) -> str | None:
+    def _start(self: Any, seed: int = 0, difficulty: int | None = None) -> None:
         level = difficulty if difficulty is not None else default_difficulty
         if level is not None and int(level) != getattr(self.env, "difficulty", None):
             try:  # a fresh env at that difficulty: difficulty may shape more than one attribute
@@ -131,14 +151,25 @@ def harness_environment(
             except TypeError:
                 self.env.difficulty = int(level)
         self.seed = int(seed)
-        task, observation = self.env.reset(self.seed)
-        self.ws = Workspace(task, dashboard_tokens=dashboard_tokens)
-        self.steps = self.invalid = 0
+        self.task, self.observation = self.env.reset(self.seed)
+        self.ws = Workspace(self.task, dashboard_tokens=dashboard_tokens)
+        self.counters = EpisodeCounters()
         self.done = False
+
+    def reset(self: Any, seed: int = 0, difficulty: int | None = None, opened: bool = False, **_: Any) -> str | None:
+        self._start(seed, difficulty)
         dashboard = self.ws.dashboard()  # recorded: the first dashboard is charged like every other
         if opened:  # the row's prompt already opens the episode (`grpo.opening_prompt`)
             return None
-        return f"\n\n{task}\n\n{dashboard}\n\n{observation}".rstrip()
+        return f"\n\n{self.task}\n\n{dashboard}\n\n{self.observation}".rstrip()
+
+    @property  # type: ignore[misc]
+    def steps(self: Any) -> int:
+        return self.counters.steps
+
+    @property  # type: ignore[misc]
+    def invalid(self: Any) -> int:
+        return self.counters.invalid
 
     def rollout_cost(self: Any) -> RolloutCost:
         outcome = self.env.outcome()
@@ -150,7 +181,7 @@ def harness_environment(
             success=1.0 if outcome.success else 0.0,
             meta_calls=summary.meta_action_calls,
             harness_tokens=summary.harness_tokens,
-            invalid=summary.invalid_calls + self.invalid,
+            invalid=self.counters.invalid,
             by_action=by_action,
         )
 
@@ -170,6 +201,11 @@ def harness_environment(
 
     namespace.update(
         __init__=__init__,
+        _start=_start,
+        _dispatch=dispatch,
+        tool_specs=specs,
+        steps=steps,
+        invalid=invalid,
         reset=reset,
         rollout_cost=property(rollout_cost),
         episode_record=property(episode_record),
@@ -183,13 +219,93 @@ def harness_environment(
 
 
 def rollout_tool_schemas(environment_cls: type) -> list[dict[str, Any]]:
-    """The tool specs GRPO rollouts show the model: TRL renders the class's public methods, by name.
+    """The tool specs GRPO rollouts show the model: `evoharness_bpe.harness.episode_tools`.
 
-    They are generated from the methods' signatures and docstrings, so their text differs from
-    the environment's own OpenAI specs; SFT rows rendered with these (their ``tools`` column)
-    see the tool section rollouts will see.
+    The same order and text as traces, the SFT ``tools`` column and inference; `run_grpo` has
+    TRL render these instead of schemas generated from the class's methods.
     """
-    from transformers.utils import get_json_schema
+    return copy.deepcopy(environment_cls.tool_specs)
 
-    members = inspect.getmembers(environment_cls, predicate=inspect.isfunction)
-    return [get_json_schema(fn) for name, fn in members if name not in ("reset", "get_reward") and not name.startswith("_")]
+
+def rollout_episode(
+    environment: Any,
+    policy: Any,
+    *,
+    seed: int = 0,
+    difficulty: int | None = None,
+    max_steps: int = 200,
+    window_size: int = 12,
+    base_prompt: str | None = None,
+) -> Trace:
+    """Play one episode of `policy` in a `harness_environment` instance, as the core loop plays it.
+
+    Before each model call the system prompt carries the current dashboard and only the task
+    and the recent window of messages are shown; each tool call goes through the instance's
+    own dispatch (the one TRL's tool methods call), so counters, ledger and reward are those of
+    a rollout. Returns the episode's `Trace` (``framework="grpo"``).
+    """
+    environment._start(seed, difficulty)
+    refresh, environment.refresh_dashboard = environment.refresh_dashboard, False
+    try:
+        return _play(environment, policy, max_steps, window_size, base_prompt)
+    finally:
+        environment.refresh_dashboard = refresh
+
+
+def _play(environment: Any, policy: Any, max_steps: int, size: int, base: str | None) -> Trace:
+    ws, counters = environment.ws, environment.counters
+    tools = rollout_tool_schemas(type(environment))
+    offered = {t["function"]["name"] for t in tools}
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"{environment.task}\n\n{environment.observation}"}]
+    calls: list[ModelCall] = []
+    for _ in range(max_steps):
+        prompt = [{"role": "system", "content": system_prompt("bpe", base, dashboard=ws.dashboard())}, *copy.deepcopy(window(history, size))]
+        reply = history_message(policy.complete(copy.deepcopy(prompt), copy.deepcopy(tools)))
+        tokens = counters.prompt(count_prompt_tokens(prompt, tools, policy))
+        calls.append(ModelCall(messages=prompt, response=copy.deepcopy(reply), prompt_tokens=tokens.tokens))
+        history.append(reply)
+        tool_calls = reply.get("tool_calls") or []
+        if not counters.reply(tool_calls):
+            history.append({"role": "user", "content": prompt_text("nudge")})
+            if counters.over:
+                break
+            continue
+        for n, call in enumerate(tool_calls):
+            call["id"] = call.get("id") or f"call_{len(calls)}_{n}"
+            fn = call.get("function") or {}
+            name = str(fn.get("name"))
+            if name in offered:
+                content = environment._dispatch(name, _arguments(fn.get("arguments")))
+            else:
+                counters.bad_call()
+                content = f"Error: unknown tool {name!r}; the tools are {', '.join(sorted(offered))}."
+            history.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": content})
+            if environment.done:
+                break
+        if environment.done:
+            break
+    outcome = environment.env.outcome()
+    ws.finish(bool(outcome.success))
+    trace = ws.trace(
+        task=environment.task,
+        messages=[{"role": "system", "content": instructions("bpe", base)}, *history],
+        outcome=Outcome(success=outcome.success, score=outcome.score, info={**outcome.info, **counters.outcome_info()}),
+        framework="grpo",
+        harness="bpe",
+        env=getattr(environment.env, "name", None),
+        tools=tools,
+        metadata={"seed": environment.seed, "difficulty": getattr(environment.env, "difficulty", None), **counters.metadata()},
+    )
+    trace.model_calls = calls
+    return trace
+
+
+def _arguments(raw: Any) -> Any:
+    """A dict when the model's arguments parse as a JSON object, else the raw text (refused downstream)."""
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return raw
+        return value if isinstance(value, dict) else raw
+    return raw

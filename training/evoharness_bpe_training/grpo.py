@@ -27,7 +27,7 @@ CHAT_TEMPLATE_KWARGS: dict[str, Any] = {"enable_thinking": False}
 """What the chat template gets when a reply is generated: Qwen3's renders a past reply after an
 empty ``<think>`` block, so generation starts after one too (templates without the flag ignore it)."""
 
-__all__ = ["CHAT_TEMPLATE_KWARGS", "CostAwareGRPOConfig", "GRPOResult", "run_grpo", "rollout_dataset", "opening_prompt"]
+__all__ = ["CHAT_TEMPLATE_KWARGS", "CostAwareGRPOConfig", "GRPOResult", "run_grpo", "rollout_dataset", "opening_prompt", "render_harness_tools"]
 
 
 @dataclass
@@ -166,12 +166,12 @@ def opening_prompt(env: Any, seed: int, *, dashboard_tokens: int = 600) -> list[
     observation: rollouts start from the prompts fine-tuning saw in expert traces.
     """
     from evoharness_bpe import Workspace
-    from evoharness_bpe.lab.runner.core import PROMPTS
+    from evoharness_bpe.harness import system_prompt
 
     task, observation = env.reset(seed)
     dashboard = Workspace(task, dashboard_tokens=dashboard_tokens).dashboard(record=False)
     return [
-        {"role": "system", "content": f"{PROMPTS['system']}\n\n{PROMPTS['bpe']}\n\n{dashboard}"},
+        {"role": "system", "content": system_prompt("bpe", dashboard=dashboard)},
         {"role": "user", "content": f"{task}\n\n{observation}"},
     ]
 
@@ -196,6 +196,27 @@ def _at_difficulty(env_factory: Callable[..., Any], level: int) -> Any:
         env = env_factory()
         env.difficulty = level
         return env
+
+
+def render_harness_tools(trainer: Any, specs: list[dict[str, Any]]) -> None:
+    """Have `trainer` render `specs` as every environment's tool section.
+
+    TRL generates an environment's tool schemas from its public methods (in alphabetical order,
+    text from docstrings); SFT rows, traces and inference use the harness's specs
+    (`evoharness_bpe.harness.episode_tools`). The methods still execute the calls by name.
+    """
+    import warnings
+
+    env_tools = getattr(trainer, "_env_tools", None)
+    if not isinstance(env_tools, dict):
+        warnings.warn(
+            "this TRL version keeps no per-environment tool list; rollouts show TRL's generated tool schemas",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
+    for name in env_tools:
+        env_tools[name] = [dict(spec) for spec in specs]
 
 
 class _EpisodeLog:
@@ -225,7 +246,7 @@ def run_grpo(config: CostAwareGRPOConfig, *, env_factory=None, model: Any = None
     from trl import GRPOTrainer
 
     from .callbacks import MetricsFileCallback
-    from .environment import harness_environment
+    from .environment import harness_environment, rollout_tool_schemas
     from .envs import env_factory as resolve_env
     from .metrics import harness_metrics, plot_harness_metrics
     from .models import load_model_and_tokenizer
@@ -267,6 +288,7 @@ def run_grpo(config: CostAwareGRPOConfig, *, env_factory=None, model: Any = None
         environment_factory=environment_cls,
         callbacks=[MetricsFileCallback(out / "metrics.jsonl")],
     )
+    render_harness_tools(trainer, rollout_tool_schemas(environment_cls))
     result = trainer.train()
     adapter_dir = out / "adapter"
     trainer.model.save_pretrained(adapter_dir)

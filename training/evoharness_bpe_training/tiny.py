@@ -36,12 +36,12 @@ def qwen3_chat_template() -> str:
 
 def _corpus(extra: Iterable[str]) -> list[str]:
     from evoharness_bpe import Workspace
-    from evoharness_bpe.lab.runner.core import PROMPTS
+    from evoharness_bpe.harness import prompt_text
 
     ws = Workspace("Migrate customer records in batches", subgoals=["batch 1", "batch 2"])
     texts = [json.dumps(t) for t in ws.openai_tools()]
     texts.append(ws.dashboard(record=False))
-    texts += list(PROMPTS.values())
+    texts += [prompt_text(name) for name in ("system", "bpe", "append", "nudge")]
     texts += [
         '<tool_call>\n{"name": "track", "arguments": {"key": "api.rate_limit", "value": "5/s"}}\n</tool_call>',
         '{"name": "commit", "arguments": {"subgoal": "batch 1", "status": "done"}}',

@@ -10,7 +10,8 @@ import pytest
 from evoharness_bpe import Trace
 from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.lab.envs.base import EnvOutcome, StepResult
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 

@@ -66,3 +66,26 @@ def test_clashing_tool_names_are_refused(locker_env_cls) -> None:
 
     with pytest.raises(UserError, match="clash"):
         harness_environment(Clash)
+
+
+def test_trl_renders_the_harness_tool_list(tiny_dir, tmp_path, locker_env_cls) -> None:
+    """GRPO rollouts show the tools of traces, SFT and inference: same order, same text."""
+    from evoharness_bpe.harness import episode_tools
+    from evoharness_bpe_training.environment import rollout_tool_schemas
+    from evoharness_bpe_training.grpo import render_harness_tools, rollout_dataset
+    from evoharness_bpe_training.models import load_model_and_tokenizer
+    from evoharness_bpe_training.presets import get_preset
+    from trl import GRPOTrainer
+
+    cls = harness_environment(locker_env_cls)
+    expected = episode_tools(locker_env_cls(), "bpe")
+    assert rollout_tool_schemas(cls) == expected
+    assert [t["function"]["name"] for t in expected][-4:] == ["track", "commit", "recall", "note"]
+    config = get_preset("tiny").grpo_config(output_dir=str(tmp_path), seeds=1)
+    model, tokenizer = load_model_and_tokenizer("tiny", cache_dir=tiny_dir)
+    trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=config.grpo_config(),
+                          train_dataset=rollout_dataset(config, locker_env_cls), processing_class=tokenizer, environment_factory=cls)
+    generated = [t.__name__ for t in trainer._env_tools[None]]
+    assert generated == sorted(generated)  # TRL's own list: the methods, alphabetically
+    render_harness_tools(trainer, rollout_tool_schemas(cls))
+    assert trainer._env_tools[None] == expected

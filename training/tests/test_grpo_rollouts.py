@@ -8,7 +8,8 @@ import pytest
 
 from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe_training.datasets import traces_to_sft_dataset
 from evoharness_bpe_training.metrics import read_jsonl

@@ -42,6 +42,7 @@ class OpenAICompatiblePolicy:
         self.timeout = timeout
         self.retries = retries
         self.usage: list[dict[str, Any]] = []
+        self._last_prompt: tuple[str, int] | None = None
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Content-Type": "application/json"}
@@ -68,8 +69,11 @@ class OpenAICompatiblePolicy:
         if tools:
             body["tools"] = tools
         data = self._post(body)
+        self._last_prompt = None
         if isinstance(data.get("usage"), dict):
             self.usage.append(data["usage"])
+            if isinstance(data["usage"].get("prompt_tokens"), int):
+                self._last_prompt = (_prompt_key(messages, tools), data["usage"]["prompt_tokens"])
         try:
             message = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):
@@ -88,3 +92,12 @@ class OpenAICompatiblePolicy:
         if calls:
             reply["tool_calls"] = calls
         return reply
+
+    def count_prompt_tokens(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> int | None:
+        """The prompt tokens the server reported (``usage``) for this prompt, if it was the last one sent."""
+        last = self._last_prompt
+        return last[1] if last is not None and last[0] == _prompt_key(messages, tools) else None
+
+
+def _prompt_key(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> str:
+    return json.dumps([messages, tools], sort_keys=True, default=str)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...exceptions import UserError
 from ..policy import ChatMessage
+from ...harness import history_message
 from .toolcalls import parse_tool_calls, tools_system_prompt
 
 __all__ = ["TransformersPolicy", "embedded_model_dir", "EMBEDDED_GGUF", "INSTALL_EMBEDDED"]
@@ -142,5 +143,8 @@ class TransformersPolicy:
         self._calls += 1
         if not calls:
             return {"role": "assistant", "content": text}
-        return {"role": "assistant", "content": text, "tool_calls": [
+        # The calls travel in `tool_calls` only, as in the training rows; text outside the call
+        # markup stays (a fenced or bare call leaves none), so a template renders each call once.
+        content = history_message({"content": text, "tool_calls": calls})["content"] if "<tool_call>" in text else None
+        return {"role": "assistant", "content": content, "tool_calls": [
             {"id": f"call_{self._calls}_{n}", "type": "function", "function": c} for n, c in enumerate(calls)]}

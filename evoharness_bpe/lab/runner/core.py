@@ -9,7 +9,8 @@ Harnesses differ only in what the model is shown before each call:
   four meta-actions.
 
 A reply without a tool call counts as an invalid action and gets a nudge; three in a row end the
-episode (a small model that stopped calling tools will not start again).
+episode (a small model that stopped calling tools will not start again). Prompts, tools, window,
+prompt-token counting and counters come from `evoharness_bpe.harness`, shared by every loop.
 """
 
 from __future__ import annotations
@@ -17,45 +18,27 @@ from __future__ import annotations
 import copy
 import json
 import time
-from importlib import resources
 from typing import Any
 
 from ..envs.base import Env
 from ..frameworks import EpisodeConfig
 from ..policy import ChatMessage, Policy
+from ...harness import (
+    META_ACTIONS,
+    EpisodeCounters,
+    count_prompt_tokens,
+    episode_tools,
+    history_message,
+    instructions,
+    prompt_text,
+    system_prompt,
+    window,
+)
 from ...stores.base import ExperienceStore
-from ...text import approx_tokens
 from ...trace import ModelCall, Outcome, Trace
 from ...workspace import Workspace
 
-__all__ = ["run_episode", "prompt_tokens", "window", "PROMPTS"]
-
-META_ACTIONS = ("track", "commit", "recall", "note")
-MAX_SILENT_REPLIES = 3
-PROMPTS: dict[str, str] = json.loads(resources.files("evoharness_bpe.prompts").joinpath("runner.json").read_text("utf-8"))
-"""System prompt pieces (data file ``prompts/runner.json``)."""
-
-
-def prompt_tokens(messages: list[ChatMessage]) -> int:
-    """Approximate tokens of a prompt: every message's text and tool-call arguments."""
-    total = 0
-    for m in messages:
-        total += 4 + approx_tokens(str(m.get("content") or ""))
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function", {})
-            total += 4 + approx_tokens(str(fn.get("name", ""))) + approx_tokens(str(fn.get("arguments", "")))
-    return total
-
-
-def window(history: list[ChatMessage], size: int) -> list[ChatMessage]:
-    """The task message plus the last `size` messages, never starting on an orphan tool result."""
-    head, rest = history[:1], history[1:]
-    if len(rest) <= size:
-        return head + rest
-    start = len(rest) - size
-    while start > 0 and rest[start].get("role") == "tool":
-        start -= 1  # keep the assistant message that owns these tool results
-    return head + rest[max(0, start):]
+__all__ = ["run_episode"]
 
 
 def _arguments(raw: Any) -> dict[str, Any] | None:
@@ -74,60 +57,38 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
     task, first_observation = env.reset(config.seed)
     harness = config.harness
     ws = Workspace(task, store=store, namespace=config.namespace, dashboard_tokens=config.dashboard_tokens)
-    env_tools = env.tools()
-    meta_tools = ws.openai_tools()
-    if harness == "bpe":
-        tools = env_tools + meta_tools
-    elif harness == "append":
-        tools = env_tools + [t for t in meta_tools if t["function"]["name"] == "note"]
-    else:
-        tools = list(env_tools)
+    tools = episode_tools(env, harness, style=config.spec_style)
     offered = {t["function"]["name"] for t in tools}
-    base_system = config.system_prompt or PROMPTS["system"]
+    env_names = offered - set(META_ACTIONS)
+    size = None if harness == "none" else config.window
     history: list[ChatMessage] = [{"role": "user", "content": f"{task}\n\n{first_observation}"}]
     memory: list[str] = [f"[start] {first_observation}"]
     calls: list[ModelCall] = []
-    tokens_per_step: list[int] = []
-    meta_counts = {name: 0 for name in META_ACTIONS}
-    meta_per_call: list[int] = []
-    env_steps = invalid = silent = 0
+    counters = EpisodeCounters()
     done = False
 
     for _ in range(config.max_steps):
-        if harness == "bpe":
-            system = f"{base_system}\n\n{PROMPTS['bpe']}\n\n{ws.dashboard()}"
-            shown = window(history, config.window)
-        elif harness == "append":
-            system = f"{base_system}\n\n{PROMPTS['append']}\n\n<memory>\n" + "\n".join(memory) + "\n</memory>"
-            shown = window(history, config.window)
-        else:
-            system, shown = base_system, history
-        prompt = [{"role": "system", "content": system}, *copy.deepcopy(shown)]
-        reply = policy.complete(copy.deepcopy(prompt), copy.deepcopy(tools))
-        reply = {"role": "assistant", "content": reply.get("content"), **({"tool_calls": reply["tool_calls"]} if reply.get("tool_calls") else {})}
-        n_tokens = prompt_tokens(prompt)
-        calls.append(ModelCall(messages=prompt, response=copy.deepcopy(reply), prompt_tokens=n_tokens))
-        tokens_per_step.append(n_tokens)
+        system = system_prompt(
+            harness, config.system_prompt, dashboard=ws.dashboard() if harness == "bpe" else "", memory=memory
+        )
+        prompt = [{"role": "system", "content": system}, *copy.deepcopy(window(history, size))]
+        raw = policy.complete(copy.deepcopy(prompt), copy.deepcopy(tools))
+        reply = history_message(raw)
+        n_tokens = counters.prompt(count_prompt_tokens(prompt, tools, policy))
+        calls.append(ModelCall(messages=prompt, response=copy.deepcopy(reply), prompt_tokens=n_tokens.tokens))
         history.append(reply)
         tool_calls = reply.get("tool_calls") or []
-        meta_now = 0
-        if not tool_calls:
-            invalid += 1
-            silent += 1
-            history.append({"role": "user", "content": PROMPTS["nudge"]})
-            meta_per_call.append(0)
-            if silent >= MAX_SILENT_REPLIES:
+        if not counters.reply(tool_calls):
+            history.append({"role": "user", "content": prompt_text("nudge")})
+            if counters.over:
                 break
             continue
-        silent = 0
         for n, call in enumerate(tool_calls):
             call_id = call.get("id") or f"call_{len(calls)}_{n}"
             call["id"] = call_id
             fn = call.get("function") or {}
             name = fn.get("name")
             if name in META_ACTIONS and name in offered:
-                meta_now += 1
-                meta_counts[name] += 1
                 if harness == "bpe":
                     result = ws.act(name, fn.get("arguments"), tool_call_id=call_id)
                     content, ok = result.content, result.ok
@@ -137,28 +98,29 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
                     content = "Noted." if ok else "Error: note needs a non-empty 'text' string."
                     if ok:
                         memory.append(f"[note] {args['text'].strip()}")  # type: ignore[index]
-                invalid += not ok
+                counters.meta_action(name, ok)
             else:
-                env_steps += 1
                 step = env.step({"name": name, "arguments": fn.get("arguments", {})})
                 content = step.observation
                 bad = bool(step.info.get("invalid"))
-                invalid += bad
+                if name in env_names:
+                    counters.env_step(bad)
+                else:
+                    counters.bad_call()  # a tool the model made up: the environment's answer, no step
                 if harness == "bpe":
-                    ws.observe(str(name), _arguments(fn.get("arguments")), result=None if bad else content, error=content if bad else None)
+                    ws.observe(str(name), result=None if bad else content, error=content if bad else None)
                 memory.append(f"[{name} {fn.get('arguments', '')}] {content}")
                 done = done or step.done
             history.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
             if done:
                 break
-        meta_per_call.append(meta_now)
         if done:
             break
 
     outcome = env.outcome()
     ws.finish(bool(outcome.success))
-    info = {**outcome.info, "steps": env_steps, "invalid_actions": invalid}
-    messages = [{"role": "system", "content": base_system}, *history]
+    info = {**outcome.info, **counters.outcome_info()}
+    messages = [{"role": "system", "content": instructions(harness, config.system_prompt)}, *history]
     trace = ws.trace(
         task=task,
         messages=messages,
@@ -170,10 +132,7 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
         metadata={
             "seed": config.seed,
             "difficulty": getattr(env, "difficulty", None),
-            "prompt_tokens": tokens_per_step,
-            "meta_actions_per_call": meta_per_call,
-            "meta_actions": meta_counts,
-            "model_calls": len(calls),
+            **counters.metadata(),
             "wall_time_s": round(time.perf_counter() - started, 4),
         },
     )

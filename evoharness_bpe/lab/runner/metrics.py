@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from ...trace import Trace
-from .core import META_ACTIONS, prompt_tokens
+from ...harness import META_ACTIONS, approx_prompt_tokens
 
 __all__ = ["episode_metrics", "summarize", "HARNESS_ORDER"]
 
@@ -26,7 +26,7 @@ def episode_metrics(trace: Trace, *, policy: str | None = None) -> dict[str, Any
     """Success, steps, invalid actions, meta-actions by type, prompt tokens per step, wall time."""
     tokens = trace.metadata.get("prompt_tokens")
     if not isinstance(tokens, list):
-        tokens = [mc.prompt_tokens or prompt_tokens(mc.messages) for mc in trace.model_calls]
+        tokens = [mc.prompt_tokens or approx_prompt_tokens(mc.messages, trace.tools) for mc in trace.model_calls]
     by_type = Counter({name: 0 for name in META_ACTIONS})
     if isinstance(trace.metadata.get("meta_actions"), dict):
         by_type.update(trace.metadata["meta_actions"])

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..envs import make_env
 from ...exceptions import UserError
-from ..frameworks import EpisodeConfig, load_framework
+from ..frameworks import EpisodeConfig
+from ..registry import load_framework
 from ..policy import ChatMessage, Policy
 from ...stores.base import ExperienceStore
 from ...trace import TraceWriter
@@ -86,6 +87,10 @@ class _Counted:
         reply = self.policy.complete(messages, tools)
         self.tick()
         return reply
+
+    def count_prompt_tokens(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> int | None:
+        count = getattr(self.policy, "count_prompt_tokens", None)
+        return count(messages, tools) if count is not None else None
 
 
 def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy], seed: int = 0) -> Policy:

@@ -17,7 +17,16 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from evoharness_bpe import BPEState, EpisodeSummary, Experience, ExperienceStore, MemoryExperienceStore, Workspace
+from evoharness_bpe import (
+    BPEState,
+    EpisodeRecorder,
+    EpisodeSummary,
+    Experience,
+    ExperienceStore,
+    MemoryExperienceStore,
+    Workspace,
+    WorkspaceOptions,
+)
 from evoharness_bpe.exceptions import UserError
 from pydantic import ValidationError
 from evoharness_bpe.ledger import CostLedger
@@ -40,15 +49,26 @@ _GOAL_CHARS = 300
 
 @dataclass
 class EpisodeLog:
-    """What one run did beyond the state: meta-actions with costs, dashboards, the ledger."""
+    """One run beyond the state: its `EpisodeRecorder` (meta-action events with costs,
+    dashboards, the ledger), its summary once finished, and the live workspace."""
 
-    ledger: CostLedger = field(default_factory=CostLedger)
-    events: list[MetaActionEvent] = field(default_factory=list)
-    snapshots: list[DashboardSnapshot] = field(default_factory=list)
+    recorder: EpisodeRecorder = field(default_factory=EpisodeRecorder)
     summary: EpisodeSummary | None = None
     finishing: Future[EpisodeSummary] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     live: tuple[dict[str, Any], Workspace] | None = field(default=None, repr=False)
+
+    @property
+    def ledger(self) -> CostLedger:
+        return self.recorder.ledger
+
+    @property
+    def events(self) -> list[MetaActionEvent]:
+        return self.recorder.events
+
+    @property
+    def snapshots(self) -> list[DashboardSnapshot]:
+        return self.recorder.snapshots
 
 
 def goal_from_messages(messages: Sequence[Any]) -> str | None:
@@ -81,18 +101,18 @@ class WorkspaceAdapter:
         self.goal = goal
         self.subgoals = list(subgoals or [])
         self.namespace = namespace
-        self.dashboard_tokens = dashboard_tokens
-        self.inject = inject
+        # Validated once, here, and shared by every workspace of every run.
+        try:
+            self.options = WorkspaceOptions(dashboard_tokens=dashboard_tokens, inject=inject, **workspace_options)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise UserError(f"unknown workspace option ({exc}); see evoharness_bpe.WorkspaceOptions") from None
         self.finish_in_background = finish_in_background
-        self.workspace_options = workspace_options
         self._store = _as_experience_store(store) if store is not None else None
         self._fallback_store: ExperienceStore | None = None
         self._wrapped: dict[int, ExperienceStore] = {}
         self._logs: OrderedDict[str, EpisodeLog] = OrderedDict()
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
-        # Fail now, not at the first model call, on a bad budget or inject mode.
-        Workspace("check", dashboard_tokens=dashboard_tokens, inject=inject, **workspace_options)  # type: ignore[arg-type]
 
     # -- resolution --------------------------------------------------------------------------
     def store_for(self, runtime: Any) -> ExperienceStore:
@@ -136,16 +156,15 @@ class WorkspaceAdapter:
             return self._logs.pop(run or "default", None)
 
     # -- state <-> workspace -----------------------------------------------------------------
-    def _new_workspace(self, messages: Sequence[Any], runtime: Any) -> Workspace:
+    def _new_workspace(self, messages: Sequence[Any], runtime: Any, recorder: EpisodeRecorder | None = None) -> Workspace:
         goal = self.goal or goal_from_messages(messages) or "Answer the user's request"
         return Workspace(
             goal,
             subgoals=self.subgoals,
             namespace=self.namespace_for(runtime),
-            dashboard_tokens=self.dashboard_tokens,
-            inject=self.inject,  # type: ignore[arg-type]
             store=self.store_for(runtime),
-            **self.workspace_options,
+            options=self.options,
+            recorder=recorder,
         )
 
     def new_state(self, messages: Sequence[Any], runtime: Any) -> dict[str, Any]:
@@ -161,9 +180,8 @@ class WorkspaceAdapter:
         run = uuid.uuid4().hex
         update: dict[str, Any] = {RUN_KEY: run}
         if not state.get(BPE_KEY):
-            ws = self._new_workspace(state.get("messages", ()), runtime)
             log = self.log(run)
-            ws.ledger, ws.events, ws.snapshots = log.ledger, log.events, log.snapshots
+            ws = self._new_workspace(state.get("messages", ()), runtime, log.recorder)
             value = update[BPE_KEY] = ws.state.model_dump(mode="json")
             log.live = (value, ws)  # the first model call reuses it instead of rebuilding
         else:
@@ -203,11 +221,9 @@ class WorkspaceAdapter:
             _in_namespace(_parse_state(value), namespace),
             namespace=namespace,
             store=self.store_for(runtime),
-            dashboard_tokens=self.dashboard_tokens,
-            inject=self.inject,
-            **self.workspace_options,
+            options=self.options,
+            recorder=log.recorder,
         )
-        ws.ledger, ws.events, ws.snapshots = log.ledger, log.events, log.snapshots
         log.live = (value, ws)
         return ws, log, value
 
@@ -239,7 +255,7 @@ class WorkspaceAdapter:
             elif name == "note":
                 ops = [{"op": "noted", "ids": experience.noted[noted:]}]
             else:
-                ops = [{"op": "act", "name": name, "args": args, "limits": [ws.max_beliefs, ws.max_exceptions]}]
+                ops = [{"op": "act", "name": name, "args": args, "limits": [ws.options.max_beliefs, ws.options.max_exceptions]}]
             return True, result.content, self._commit(log, ws, base, ops)
 
     def observe(
@@ -255,7 +271,7 @@ class WorkspaceAdapter:
                 "tool": observed_tool_name(tool),
                 "result": None,
                 "error": None,
-                "limits": [ws.max_beliefs, ws.max_exceptions],
+                "limits": [ws.options.max_beliefs, ws.options.max_exceptions],
             }
             op["error" if error is not None else "result"] = fact.value if fact else ""
             return self._commit(log, ws, base, [op])

@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from evoharness_bpe.dashboard import CLOSE_TAG, OPEN_TAG
+from evoharness_bpe.harness import PromptTokenCounter, count_prompt_tokens
 from evoharness_bpe.text import approx_tokens
 from evoharness_bpe.trace import DashboardSnapshot, ModelCall, Outcome, Trace, TraceWriter
 from langchain_core.callbacks import BaseCallbackHandler
@@ -25,7 +26,7 @@ from langchain_core.messages import BaseMessage, convert_to_openai_messages
 
 from .channel import BPE_KEY, RUN_KEY
 
-__all__ = ["TraceCallbackHandler", "to_openai", "prompt_tokens"]
+__all__ = ["TraceCallbackHandler", "to_openai"]
 
 
 def to_openai(messages: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -54,22 +55,12 @@ def to_openai(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     return converted
 
 
-def prompt_tokens(messages: list[dict[str, Any]]) -> int:
-    """The workspace counter's size of an OpenAI-format prompt (contents and tool calls)."""
-    total = 0
-    for message in messages:
-        total += approx_tokens(str(message.get("content") or ""))
-        for call in message.get("tool_calls") or ():
-            fn = call.get("function", {})
-            total += approx_tokens(f"{fn.get('name', '')} {fn.get('arguments', '')}")
-    return total
-
-
 @dataclass
 class _Run:
     thread_id: str | None
     tools: list[dict[str, Any]] = field(default_factory=list)
     model_calls: list[ModelCall] = field(default_factory=list)
+    token_sources: set[str] = field(default_factory=set)
     pending: dict[UUID, list[dict[str, Any]]] = field(default_factory=dict)
 
 
@@ -78,7 +69,10 @@ class TraceCallbackHandler(BaseCallbackHandler):
 
     Completed traces are also kept in `traces`. Pass `middleware` (the agent's `BPEMiddleware`)
     to include meta-action costs, dashboards, the ledger and the episode's success; without it,
-    dashboards are read from the system messages.
+    dashboards are read from the system messages. Prompt tokens are counted with the tool
+    section by `evoharness_bpe.harness.count_prompt_tokens`: exactly when `token_counter` (e.g. a
+    policy with ``count_prompt_tokens``) gives a figure, else approximately
+    (``metadata["prompt_token_source"]`` says which).
     """
 
     run_inline = True  # keep events in order under async runs
@@ -92,7 +86,9 @@ class TraceCallbackHandler(BaseCallbackHandler):
         harness: str = "bpe",
         env: str | None = None,
         metadata: dict[str, Any] | None = None,
+        token_counter: PromptTokenCounter | Any | None = None,
     ) -> None:
+        self.token_counter = token_counter
         self.writer = path if isinstance(path, TraceWriter) or path is None else TraceWriter(path)
         self.adapter = getattr(middleware, "adapter", middleware)
         self.framework = framework
@@ -143,7 +139,9 @@ class TraceCallbackHandler(BaseCallbackHandler):
         prompt = run.pending.pop(run_id)
         message = response.generations[0][0].message if response.generations and response.generations[0] else None
         reply = to_openai([message])[0] if message is not None else {"role": "assistant", "content": ""}
-        run.model_calls.append(ModelCall(messages=prompt, response=reply, prompt_tokens=prompt_tokens(prompt)))
+        tokens = count_prompt_tokens(prompt, run.tools, self.token_counter)
+        run.token_sources.add(tokens.source)
+        run.model_calls.append(ModelCall(messages=prompt, response=reply, prompt_tokens=tokens.tokens))
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         if parent_run_id is None:
@@ -187,17 +185,26 @@ class TraceCallbackHandler(BaseCallbackHandler):
             model_calls=run.model_calls,
             tools=run.tools,
             outcome=outcome,
-            metadata={**self.metadata, "thread_id": run.thread_id, "prompt_tokens": [c.prompt_tokens for c in run.model_calls]},
+            metadata={
+                **self.metadata,
+                "thread_id": run.thread_id,
+                "prompt_tokens": [c.prompt_tokens for c in run.model_calls],
+                "prompt_token_source": _source(run.token_sources),
+            },
         )
         if log is not None:
-            trace.meta_actions = list(log.events)
-            trace.dashboards = list(log.snapshots)
-            trace.ledger = log.ledger.summary()
+            trace.meta_actions = list(log.recorder.events)
+            trace.dashboards = list(log.recorder.snapshots)
+            trace.ledger = log.recorder.summary()
         else:
             trace.dashboards = _dashboards_in(run.model_calls)
         if bpe:
             trace.metadata["bpe_state"] = bpe
         return trace
+
+
+def _source(sources: set[str]) -> str | None:
+    return next(iter(sources)) if len(sources) == 1 else ("mixed" if sources else None)
 
 
 def _first_user(messages: list[dict[str, Any]]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from evoharness_bpe import ExperienceStore
 from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.harness import window
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse, hook_config
 from langchain.agents.middleware.types import OmitFromInput
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
@@ -27,7 +28,7 @@ from .channel import BPE_KEY, bpe_reducer
 from .observe import aobserve_tool_call, observe_tool_call
 from .tools import META_ACTION_NAMES, meta_action_tools
 
-__all__ = ["BPEMiddleware", "BPEAgentState", "SuccessJudge", "default_success"]
+__all__ = ["BPEMiddleware", "BPEAgentState", "SuccessJudge", "default_success", "message_role"]
 
 SuccessJudge = Callable[[dict[str, Any]], bool]
 """Decides from the final agent state whether the episode succeeded."""
@@ -63,7 +64,8 @@ class BPEMiddleware(AgentMiddleware):
             credits. A ``bpe`` value that is not a `BPEState` is refused with a `UserError`.
         goal, subgoals: the episode's goal (default: the first user message) and subgoals.
         dashboard_tokens, inject: the dashboard's token budget and mode (full, summary, off).
-        window: keep only the last `window` messages in the prompt (the dashboard carries the rest).
+        window: keep only the first user message and the last `window` messages in the prompt
+            (the dashboard carries the rest), cut as `evoharness_bpe.harness.window` cuts.
         success: judge of the final state for crediting lessons (default `default_success`).
         finish_in_background: credit and consolidate in a worker thread so the answer is not
             delayed; `flush()` waits for it.
@@ -146,8 +148,14 @@ class BPEMiddleware(AgentMiddleware):
         changes: dict[str, Any] = {}
         if text:
             changes["system_message"] = SystemMessage(f"{base}\n\n{text}" if base else text)
-        if self.window is not None and len(request.messages) > self.window:
-            changes["messages"] = _window(request.messages, self.window)
+        tools = list(getattr(request, "tools", None) or [])
+        ordered = [t for t in tools if _tool_name(t) not in META_ACTION_NAMES] + [t for t in tools if _tool_name(t) in META_ACTION_NAMES]
+        if ordered != tools:  # LangChain lists middleware tools first; the harness offers them last
+            changes["tools"] = ordered
+        if self.window is not None:
+            shown = window(request.messages, self.window, role=message_role)
+            if len(shown) < len(request.messages):
+                changes["messages"] = shown
         return request.override(**changes) if changes else request
 
     def wrap_model_call(
@@ -170,10 +178,15 @@ class BPEMiddleware(AgentMiddleware):
         return await aobserve_tool_call(self.adapter, request, handler)
 
 
-def _window(messages: list[Any], size: int) -> list[Any]:
-    """The last `size` messages, never starting inside a tool exchange, after the first user turn."""
-    first = messages[0]
-    tail = messages[-size:]
-    while tail and tail[0].type == "tool":
-        tail = tail[1:]
-    return tail if tail and tail[0] is first else [first, *tail]
+def _tool_name(tool: Any) -> str | None:
+    if isinstance(tool, dict):
+        return (tool.get("function") or tool).get("name")
+    return getattr(tool, "name", None)
+
+
+_ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
+
+
+def message_role(message: Any) -> str:
+    """The OpenAI role of a LangChain message (``human`` → ``user``, ``ai`` → ``assistant``)."""
+    return _ROLES.get(getattr(message, "type", ""), str(getattr(message, "type", "")))

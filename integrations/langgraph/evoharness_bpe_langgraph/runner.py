@@ -8,11 +8,11 @@ Registered as ``langgraph`` in the ``evoharness.frameworks`` entry-point group; 
 
 from __future__ import annotations
 
-from importlib.resources import files
 from typing import Any
 
-from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.harness import META_ACTIONS, EpisodeCounters, episode_tools, instructions
+from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policy import Policy
 from evoharness_bpe.stores.base import ExperienceStore
@@ -20,7 +20,7 @@ from evoharness_bpe.trace import Outcome, Trace
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelCallLimitMiddleware, hook_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphRecursionError
 
 from .callbacks import TraceCallbackHandler
@@ -30,53 +30,67 @@ from .middleware import BPEMiddleware
 __all__ = ["run_episode", "env_tools"]
 
 
-class _Counters:
+class _Episode:
+    """The episode's counters and whether the environment is done."""
+
     def __init__(self) -> None:
-        self.steps = 0
-        self.invalid = 0
+        self.counters = EpisodeCounters()
         self.done = False
 
 
-def env_tools(env: Env, counters: _Counters | None = None) -> list[BaseTool]:
-    """The environment's tools as LangChain tools; arguments go to `env.step` unvalidated."""
-    counters = counters or _Counters()
+def env_tools(env: Env, episode: _Episode | None = None, *, specs: list[dict[str, Any]] | None = None) -> list[BaseTool]:
+    """The environment's tools as LangChain tools; arguments go to `env.step` unvalidated.
+
+    `specs` (default ``env.tools()``) sets their order and text, e.g. the environment part of
+    `evoharness_bpe.harness.episode_tools`.
+    """
+    episode = episode or _Episode()
 
     def make(name: str) -> Any:
         def call(**arguments: Any) -> str:
             result = env.step({"name": name, "arguments": arguments})
-            counters.steps += 1
-            counters.invalid += bool(result.info.get("invalid"))
-            counters.done = counters.done or result.done
+            invalid = bool(result.info.get("invalid"))
+            episode.counters.env_step(invalid)
+            episode.done = episode.done or result.done
+            if invalid:  # an error result, observed as an error, as in the other loops
+                raise ToolException(result.observation)
             return result.observation
 
         return call
 
     tools: list[BaseTool] = []
-    for spec in env.tools():
+    for spec in specs if specs is not None else env.tools():
         fn = spec.get("function", spec)
         parameters = fn.get("parameters") or {"type": "object", "properties": {}}
         tools.append(
-            StructuredTool(name=fn["name"], description=fn.get("description") or fn["name"], args_schema=parameters, func=make(fn["name"]))
+            StructuredTool(
+                name=fn["name"],
+                description=fn.get("description") or fn["name"],
+                args_schema=parameters,
+                func=make(fn["name"]),
+                handle_tool_error=True,
+            )
         )
     return tools
 
 
 class _EpisodeGuard(AgentMiddleware):
-    """Ends the run once the environment is done; counts malformed and unknown tool calls.
+    """Ends the run once the environment is done; counts what the shared `EpisodeCounters` count.
 
     Unparseable calls are counted as the model returns them (a later ``after_model`` hook that
     jumps back to the model would skip this one's) and answered here unless `BPEMiddleware`
     already answered them.
     """
 
-    def __init__(self, counters: _Counters, known: set[str]) -> None:
+    def __init__(self, episode: _Episode, env_names: set[str], meta_names: set[str]) -> None:
         super().__init__()
-        self.counters = counters
-        self.known = known
+        self.episode = episode
+        self.env_names = env_names
+        self.meta_names = meta_names
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
-        return {"jump_to": "end"} if self.counters.done else None
+        return {"jump_to": "end"} if self.episode.done else None
 
     @hook_config(can_jump_to=["model"])
     def after_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
@@ -104,9 +118,18 @@ class _EpisodeGuard(AgentMiddleware):
         return {"messages": errors, "jump_to": "model"}
 
     def _count_replies(self, response: Any) -> Any:
+        counters = self.episode.counters
         for message in getattr(response, "result", None) or [response]:
             if isinstance(message, AIMessage):
-                self.counters.invalid += len(message.invalid_tool_calls)
+                counters.reply([*message.tool_calls, *message.invalid_tool_calls])
+                for call in message.invalid_tool_calls:
+                    name = call.get("name")
+                    if name in self.meta_names:
+                        counters.meta_action(str(name), ok=False)
+                    elif name in self.env_names:
+                        counters.env_step(invalid=True)
+                    else:
+                        counters.bad_call()
         return response
 
     def wrap_model_call(self, request: Any, handler: Any) -> Any:
@@ -115,23 +138,25 @@ class _EpisodeGuard(AgentMiddleware):
     async def awrap_model_call(self, request: Any, handler: Any) -> Any:
         return self._count_replies(await handler(request))
 
-    def _count(self, request: Any, result: Any) -> Any:
-        if request.tool is None or (
-            request.tool_call["name"] in self.known and isinstance(result, ToolMessage) and result.status == "error"
-        ):
-            self.counters.invalid += 1
+    def _count(self, request: Any, result: Any, steps_before: int) -> Any:
+        name = request.tool_call["name"]
+        failed = isinstance(result, ToolMessage) and result.status == "error"
+        counters = self.episode.counters
+        if request.tool is None:
+            counters.bad_call()  # a tool the model made up
+        elif name in self.meta_names:
+            counters.meta_action(name, ok=not failed)
+        elif failed and counters.steps == steps_before:
+            counters.env_step(invalid=True)  # refused before it reached the environment
         return result
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return self._count(request, handler(request))
+        before = self.episode.counters.steps
+        return self._count(request, handler(request), before)
 
     async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return self._count(request, await handler(request))
-
-
-def _prompt(harness: str) -> str:
-    name = "runner_system_bpe.txt" if harness == "bpe" else "runner_system.txt"
-    return files(__package__).joinpath("prompts", name).read_text(encoding="utf-8").strip()
+        before = self.episode.counters.steps
+        return self._count(request, await handler(request), before)
 
 
 def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config: EpisodeConfig | None = None) -> Trace:
@@ -142,8 +167,10 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
             "the langgraph runner supports harness 'bpe' and 'none'; run 'append' with framework 'core'"
         )
     task, observation = env.reset(config.seed)
-    counters = _Counters()
-    tools = env_tools(env, counters)
+    episode = _Episode()
+    offered = episode_tools(env, config.harness, style=config.spec_style)
+    env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
+    tools = env_tools(env, episode, specs=env_specs)
     bpe = (
         BPEMiddleware(
             store=store,
@@ -155,17 +182,18 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
         if config.harness == "bpe"
         else None
     )
-    middleware: list[AgentMiddleware] = [_EpisodeGuard(counters, {t.name for t in tools})]
+    meta_names = set(META_ACTIONS) if bpe is not None else set()
+    middleware: list[AgentMiddleware] = [_EpisodeGuard(episode, {t.name for t in tools}, meta_names)]
     middleware.append(ModelCallLimitMiddleware(run_limit=config.max_steps, exit_behavior="end"))
     if bpe is not None:
         middleware.append(bpe)
     agent = create_agent(
-        PolicyChatModel(policy=policy), tools, system_prompt=config.system_prompt or _prompt(config.harness), middleware=middleware
+        PolicyChatModel(policy=policy), tools, system_prompt=instructions(config.harness, config.system_prompt), middleware=middleware
     )
-    handler = TraceCallbackHandler(middleware=bpe, harness=config.harness, env=getattr(env, "name", None))
+    handler = TraceCallbackHandler(middleware=bpe, harness=config.harness, env=getattr(env, "name", None), token_counter=policy)
     try:
         agent.invoke(
-            {"messages": [HumanMessage(f"{task}\n\n{observation}".strip())]},
+            {"messages": [HumanMessage(f"{task}\n\n{observation}")]},
             {"callbacks": [handler], "recursion_limit": 4 * config.max_steps + 20},
         )
     except GraphRecursionError:
@@ -176,11 +204,10 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
     trace.outcome = Outcome(
         success=result.success,
         score=result.score,
-        info={**result.info, "steps": counters.steps, "invalid_actions": counters.invalid},
+        info={**result.info, **episode.counters.outcome_info()},
     )
-    trace.metadata.update(
-        seed=config.seed,
-        difficulty=getattr(env, "difficulty", None),
-        prompt_tokens=[call.prompt_tokens for call in trace.model_calls],
-    )
+    # The handler counted each prompt as the model received it (dashboard injected, window cut).
+    episode.counters.prompt_tokens = [call.prompt_tokens for call in trace.model_calls]
+    episode.counters.prompt_token_source = trace.metadata.get("prompt_token_source")
+    trace.metadata.update(seed=config.seed, difficulty=getattr(env, "difficulty", None), **episode.counters.metadata())
     return trace

@@ -41,7 +41,7 @@ def _check_prompts(model: ScriptedChatModel) -> None:
     assert "1 done" in third and "[todo] fetch-data" not in third
     last = model.calls[4][0].text
     assert "sunny in Paris" in last  # the ordinary tool's result was observed
-    assert model.bound_tools[0] == ["track", "commit", "recall", "note", "lookup"]
+    assert model.bound_tools[0] == ["lookup", "track", "commit", "recall", "note"]  # the agent's tools, then the harness's
 
 
 def _check_state(state: dict) -> None:

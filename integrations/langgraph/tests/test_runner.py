@@ -9,7 +9,8 @@ import pytest
 from evoharness_bpe import MemoryExperienceStore
 from evoharness_bpe.lab.envs.base import EnvOutcome, StepResult
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 
 
@@ -75,7 +76,8 @@ def test_runner_plays_an_episode_with_bpe() -> None:
     assert trace.framework == "langgraph" and trace.harness == "bpe" and trace.env == "counter"
     assert trace.task == "Raise the counter to 3."
     assert trace.outcome.success is True and trace.outcome.score == 1.0
-    assert trace.outcome.info["steps"] == 3 and trace.outcome.info["invalid_actions"] == 2
+    # the call whose arguments do not parse counts as a refused environment step, as in the core loop
+    assert trace.outcome.info["steps"] == 4 and trace.outcome.info["invalid_actions"] == 2
     assert len(policy.calls) == 6  # ended right after the environment said done
     assert len(trace.model_calls) == 6 and trace.metadata["prompt_tokens"] == [c.prompt_tokens for c in trace.model_calls]
     assert all(p > 0 for p in trace.metadata["prompt_tokens"])

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from evoharness_bpe import META_ACTIONS, Workspace
 from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.harness import window as harness_window
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.agent.workflow.base_agent import BaseWorkflowAgent
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
@@ -65,22 +66,13 @@ def merge_system(messages: Sequence[ChatMessage], extra: str = "") -> list[ChatM
 
 
 def window_messages(messages: Sequence[ChatMessage], window: int | None) -> list[ChatMessage]:
-    """Keep the system message, the first user message and the last `window` messages.
-
-    The cut never leaves a tool result without the assistant message that called it.
-    """
+    """Keep the system message, the first message after it and the last `window` messages,
+    cut as `evoharness_bpe.harness.window` cuts (never a tool result without its call)."""
     out = list(messages)
     if not window:
         return out
     head = [m for m in out[:1] if m.role.value == "system"]
-    body = out[len(head):]
-    first_user = next((i for i, m in enumerate(body) if m.role.value == "user"), None)
-    if first_user is None or len(body) - first_user - 1 <= window:
-        return out
-    tail = body[-window:]
-    while tail and tail[0].role.value == "tool":
-        tail = tail[1:]
-    return [*head, body[first_user], *tail]
+    return [*head, *harness_window(out[len(head):], window, role=lambda m: m.role.value)]
 
 
 def get_binding(target: Any) -> WorkspaceBinding | None:

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from evoharness_bpe import META_ACTIONS, ActionResult, BPEState, Workspace
+from evoharness_bpe import META_ACTIONS, ActionResult, Workspace
 from evoharness_bpe.exceptions import UserError
 from llama_index.core.agent.workflow import ToolCallResult
 from llama_index.core.workflow import Context
@@ -62,7 +62,7 @@ class WorkspaceBinding:
         if data is None:
             await self.save(ctx)
         elif data != self._synced:
-            self.workspace.state = BPEState.model_validate_json(data) if isinstance(data, str) else BPEState.model_validate(data)
+            self.workspace.restore(data)
             self._synced = data if isinstance(data, str) else None
         return self.workspace
 
@@ -102,11 +102,10 @@ class WorkspaceBinding:
                     continue
                 if result.tool_name in UNOBSERVED_TOOLS:
                     continue
-                args = {k: v for k, v in (result.tool_kwargs or {}).items() if k != RAW_ARGUMENTS} or result.tool_kwargs
                 if output.is_error:
-                    ws.observe(result.tool_name, args, error=output.content or "error")
+                    ws.observe(result.tool_name, error=output.content or "error")
                 else:
-                    ws.observe(result.tool_name, args, result=output.content)
+                    ws.observe(result.tool_name, result=output.content)
                 changed = True
             if changed:
                 await self.save(ctx)
@@ -116,8 +115,6 @@ def _label_event(ws: Workspace, raw_output: Any, tool_id: str) -> None:
     if not isinstance(raw_output, dict) or not tool_id:
         return
     index = raw_output.get("event")
-    if isinstance(index, int) and 0 <= index < len(ws.events):
-        event = ws.events[index]
-        if event.tool_call_id is None and event.name == raw_output.get("name"):
-            event.tool_call_id = tool_id
+    if isinstance(index, int):
+        ws.recorder.label(index, tool_id, raw_output.get("name"))
 

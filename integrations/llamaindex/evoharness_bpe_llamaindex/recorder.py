@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evoharness_bpe import ModelCall, Outcome, Trace, Workspace
-from evoharness_bpe.text import TokenCounter, approx_tokens
+from evoharness_bpe.harness import PromptTokenCounter, count_prompt_tokens
 from llama_index.core.agent.workflow import AgentInput, AgentOutput, ToolCallResult
 from llama_index.core.bridge.pydantic import ConfigDict
 from llama_index.core.instrumentation import get_dispatcher
@@ -32,21 +32,9 @@ from llama_index.core.workflow import StopEvent
 from .llm import openai_tool_specs
 from .messages import RAW_ARGUMENTS, to_openai_message, to_openai_messages
 
-__all__ = ["TraceRecorder", "prompt_tokens"]
+__all__ = ["TraceRecorder"]
 
 _active: contextvars.ContextVar[TraceRecorder | None] = contextvars.ContextVar("evoharness_bpe_recorder", default=None)
-
-
-def prompt_tokens(messages: Sequence[dict[str, Any]], count: TokenCounter = approx_tokens) -> int:
-    """Tokens of an OpenAI-format prompt by `count`: contents plus tool-call names and arguments."""
-    total = 0
-    for message in messages:
-        content = message.get("content")
-        total += count(content) if isinstance(content, str) else 0
-        for call in message.get("tool_calls") or ():
-            fn = call.get("function") or {}
-            total += count(f"{fn.get('name', '')} {fn.get('arguments', '')}")
-    return total
 
 
 class _ModelCallEvents(BaseEventHandler):
@@ -77,14 +65,15 @@ class TraceRecorder:
     >>> TraceWriter("traces.jsonl").write(recorder.trace(outcome=Outcome(success=True)))  # doctest: +SKIP
     """
 
-    def __init__(self, workspace: Workspace | None = None, *, count_tokens: TokenCounter | None = None) -> None:
+    def __init__(self, workspace: Workspace | None = None, *, token_counter: PromptTokenCounter | Any | None = None) -> None:
         self.workspace = workspace
-        self.count_tokens: TokenCounter = count_tokens or (workspace.count_tokens if workspace else approx_tokens)
+        self.token_counter = token_counter
+        self.token_sources: set[str] = set()
         self.messages: list[dict[str, Any]] = []
         self.model_calls: list[ModelCall] = []
         self.tools: list[dict[str, Any]] = []
         self.errors: list[Exception] = []
-        self._pending: dict[str | None, list[list[dict[str, Any]]]] = {}
+        self._pending: dict[str | None, list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]] = {}
         self._new_run = True
         self._handler = _ModelCallEvents(recorder=self)
         self._tokens: list[contextvars.Token[TraceRecorder | None]] = []
@@ -154,30 +143,39 @@ class TraceRecorder:
         # Start and end of one call share the span of the decorated chat method.
         if isinstance(event, LLMChatStartEvent):
             prompt = to_openai_messages(event.messages)
-            if any(p == prompt for queue in self._pending.values() for p in queue):
+            if any(p == prompt for queue in self._pending.values() for p, _ in queue):
                 return  # a chat method calling another: one model call
-            self._pending.setdefault(event.span_id, []).append(prompt)
-            self._add_tools(event.additional_kwargs.get("tools") or ())
+            offered = openai_tool_specs(event.additional_kwargs.get("tools") or ())
+            self._pending.setdefault(event.span_id, []).append((prompt, offered))
+            self._add_tools(offered)
         elif isinstance(event, LLMChatEndEvent):
             queue = self._pending.get(event.span_id)
             if not queue:
                 return
-            prompt = queue.pop(0)
+            prompt, offered = queue.pop(0)
             if not queue:
                 del self._pending[event.span_id]
             if event.response is None:
                 return
+            tokens = count_prompt_tokens(prompt, offered, self.token_counter)
+            self.token_sources.add(tokens.source)
             self.model_calls.append(
                 ModelCall(
                     messages=prompt,
                     response=to_openai_message(event.response.message),
-                    prompt_tokens=prompt_tokens(prompt, self.count_tokens),
+                    prompt_tokens=tokens.tokens,
                 )
             )
 
-    def _add_tools(self, tools: Sequence[Any]) -> None:
+    @property
+    def prompt_token_source(self) -> str | None:
+        """``exact``, ``approximate`` or ``mixed``: how the recorded prompts were counted."""
+        sources = self.token_sources
+        return next(iter(sources)) if len(sources) == 1 else ("mixed" if sources else None)
+
+    def _add_tools(self, specs: Sequence[dict[str, Any]]) -> None:
         known = {t.get("function", {}).get("name") for t in self.tools}
-        for spec in openai_tool_specs(tools):
+        for spec in specs:
             name = spec.get("function", {}).get("name")
             if name not in known:
                 known.add(name)

@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Coroutine
-from dataclasses import dataclass
-from importlib.resources import files
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from evoharness_bpe import META_ACTIONS, Outcome, Trace, Workspace
+from evoharness_bpe import Outcome, Trace, Workspace
+from evoharness_bpe.harness import META_ACTIONS, EpisodeCounters, episode_tools, instructions
 from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.exceptions import EvoHarnessError, UserError
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policy import Policy
 from evoharness_bpe.stores.base import ExperienceStore
-from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
+from llama_index.core.agent.workflow import AgentOutput, FunctionAgent, ToolCallResult
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow.errors import WorkflowRuntimeError
 
@@ -45,19 +45,14 @@ class EpisodeOver(EvoHarnessError):
 
 
 def system_prompt(harness: str) -> str:
-    """The built-in system prompt of the runner for `harness`."""
-    prompts = files("evoharness_bpe_llamaindex") / "prompts"
-    text = (prompts / "runner_system.txt").read_text("utf-8").strip()
-    if harness == "bpe":
-        text += "\n\n" + (prompts / "runner_system_bpe.txt").read_text("utf-8").strip()
-    return text
+    """The built-in system prompt of the runner for `harness` (`evoharness_bpe.harness.instructions`)."""
+    return instructions(harness)
 
 
 @dataclass
 class _Episode:
     env: Env
-    steps: int = 0
-    invalid: int = 0
+    counters: EpisodeCounters = field(default_factory=EpisodeCounters)
     done: bool = False
 
     def tool(self, spec: dict[str, Any]) -> FunctionTool:
@@ -66,10 +61,10 @@ class _Episode:
         async def call_env(**kwargs: Any) -> str:
             arguments: Any = kwargs[RAW_ARGUMENTS] if set(kwargs) == {RAW_ARGUMENTS} else kwargs
             result = self.env.step({"name": name, "arguments": arguments})
-            self.steps += 1
+            invalid = bool(result.info.get("invalid"))
+            self.counters.env_step(invalid)
             self.done = self.done or result.done
-            if result.info.get("invalid"):
-                self.invalid += 1
+            if invalid:
                 raise InvalidEnvCall(result.observation)
             return result.observation
 
@@ -96,13 +91,15 @@ async def arun_episode(
         )
     task, observation = env.reset(config.seed)
     episode = _Episode(env)
-    tools = [episode.tool(spec) for spec in env.tools()]
+    offered = episode_tools(env, config.harness, style=config.spec_style)
+    env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
+    tools = [episode.tool(spec) for spec in env_specs]
     workspace: Workspace | None = None
     agent = FunctionAgent(
         name="agent",
         tools=tools,
         llm=PolicyLLM(policy),
-        system_prompt=config.system_prompt or system_prompt(config.harness),
+        system_prompt=instructions(config.harness, config.system_prompt),
         streaming=False,
     )
     if config.harness == "bpe":
@@ -110,17 +107,24 @@ async def arun_episode(
         with_bpe(agent, workspace, window=config.window)
     _stop_when_done(agent, episode)
 
-    recorder = TraceRecorder(workspace)
-    known = {str(spec.get("function", spec)["name"]) for spec in env.tools()} | set(META_ACTIONS if workspace else ())
+    recorder = TraceRecorder(workspace, token_counter=policy)
+    counters = episode.counters
+    env_names = {t["function"]["name"] for t in env_specs}
+    meta_names = set(META_ACTIONS) if workspace else set()
     cut = False
-    user_msg = f"{task}\n\n{observation}" if observation else task
+    user_msg = f"{task}\n\n{observation}"
     with recorder:
         handler = agent.run(user_msg=user_msg, max_iterations=config.max_steps)
         try:
             async for event in handler.stream_events():
                 recorder.on_event(event)
-                if isinstance(event, ToolCallResult) and event.tool_name not in known and event.tool_output.is_error:
-                    episode.invalid += 1  # a tool the model made up
+                if isinstance(event, AgentOutput) and not event.retry_messages:
+                    counters.reply(event.tool_calls)
+                elif isinstance(event, ToolCallResult):
+                    if event.tool_name in meta_names:
+                        counters.meta_action(event.tool_name, ok=_meta_ok(event))
+                    elif event.tool_name not in env_names and event.tool_output.is_error:
+                        counters.bad_call()  # a tool the model made up
             await handler
         except EpisodeOver:
             pass
@@ -132,8 +136,10 @@ async def arun_episode(
     result = env.outcome()
     if workspace is not None:
         workspace.finish(result.success)
-    info = {**result.info, "steps": episode.steps, "invalid_actions": episode.invalid, "cut": cut}
-    offered = [*env.tools(), *(workspace.openai_tools() if workspace else [])]
+    info = {**result.info, **counters.outcome_info(), "cut": cut}
+    # The recorder counted each prompt as the model received it (dashboard injected, window cut).
+    counters.prompt_tokens = [call.prompt_tokens for call in recorder.model_calls]
+    counters.prompt_token_source = recorder.prompt_token_source
     return recorder.trace(
         task=task,
         outcome=Outcome(success=result.success, score=result.score, info=info),
@@ -141,12 +147,17 @@ async def arun_episode(
         harness=config.harness,
         tools=offered,
         metadata={
-            "prompt_tokens": [call.prompt_tokens for call in recorder.model_calls],
+            **counters.metadata(),
             "seed": config.seed,
             "difficulty": getattr(env, "difficulty", None),
             "max_steps": config.max_steps,
         },
     )
+
+
+def _meta_ok(event: ToolCallResult) -> bool:
+    raw = event.tool_output.raw_output
+    return bool(raw.get("ok")) if isinstance(raw, dict) else not event.tool_output.is_error
 
 
 def _stop_when_done(agent: FunctionAgent, episode: _Episode) -> None:

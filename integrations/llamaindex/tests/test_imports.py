@@ -15,7 +15,7 @@ def loaded(code: str) -> bool:
 
 
 def test_core_does_not_load_llama_index() -> None:
-    assert not loaded("import evoharness_bpe, evoharness_bpe.lab.frameworks\nevoharness_bpe.lab.frameworks.available_frameworks()")
+    assert not loaded("import evoharness_bpe, evoharness_bpe.lab.registry\nevoharness_bpe.lab.registry.available_frameworks()")
 
 
 def test_package_import_is_cheap_and_names_load_on_use() -> None:

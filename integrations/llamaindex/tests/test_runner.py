@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from evoharness_bpe import SQLiteExperienceStore, TraceWriter, read_traces
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.lab.frameworks import EpisodeConfig, available_frameworks, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import available_frameworks, load_framework
 from evoharness_bpe.testing.scripted import ScriptedPolicy, tool_call
 from evoharness_bpe_llamaindex.runner import run_episode
 
