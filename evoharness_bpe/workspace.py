@@ -78,7 +78,7 @@ class WorkspaceOptions:
             raise UserError(f"consolidation must be a ConsolidationPolicy, not {type(self.consolidation).__name__}")
         if not isinstance(self.max_beliefs, int) or self.max_beliefs < 1:
             raise UserError("max_beliefs must be a positive number of facts")
-        if not isinstance(self.options.max_exceptions, int) or self.options.max_exceptions < 1:
+        if not isinstance(self.max_exceptions, int) or self.max_exceptions < 1:
             raise UserError("max_exceptions must be a positive number of exceptions")
 
 

@@ -119,7 +119,7 @@ def test_bad_run_options_are_user_errors(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["run", "--policy", "openai", "--out", str(tmp_path)]) == 1
     assert main(["run", "--framework", "nonesuch", "--policy", "expert", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "unknown --env" in err and "--model" in err and "not installed" in err
+    assert "--env: unknown environment" in err and "--model" in err and "not installed" in err
 
 
 def test_runner_modules_import_nothing_heavy() -> None:

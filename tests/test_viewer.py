@@ -17,7 +17,8 @@ import pytest
 from evoharness_bpe import TraceWriter
 from evoharness_bpe.lab.cli import main
 from evoharness_bpe.lab.envs import make_env
-from evoharness_bpe.lab.frameworks import EpisodeConfig, load_framework
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.registry import load_framework
 from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe.lab.viewer import episode_steps, render_page
 

@@ -9,6 +9,8 @@ value through the core `Workspace`, so parallel meta-actions and observations al
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from typing_extensions import Annotated, NotRequired, TypedDict
@@ -52,7 +54,8 @@ def _replay(current: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     for op in ops:
         kind = op["op"]
         if op.get("limits"):  # the caps the acting workspace had; the replay keeps them too
-            ws.max_beliefs, ws.max_exceptions = op["limits"]
+            beliefs, exceptions = op["limits"]
+            ws.options = dataclasses.replace(ws.options, max_beliefs=beliefs, max_exceptions=exceptions)
         if kind == "act":
             ws.act(op["name"], op["args"])
         elif kind == "observe":
