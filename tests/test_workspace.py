@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from evoharness_bpe import BPEState, MemoryExperienceStore, UserError, Workspace
+from evoharness_bpe import BPEState, MemoryExperienceStore, StoreError, UserError, Workspace
 from evoharness_bpe.dashboard import CLOSE_TAG, OPEN_TAG
 
 
@@ -251,3 +251,33 @@ def test_dashboard_token_count_is_exact(ws: Workspace) -> None:
     summary = ws.ledger.summary()
     assert summary.dashboard_tokens == ws.count_tokens(text)
     assert ws.ledger.totals().harness_tokens == summary.harness_tokens
+
+
+def test_async_twins_keep_store_io_off_the_event_loop() -> None:
+    """`aact`, `adashboard` and `afinish` reach the store only from worker threads."""
+    from evoharness_bpe.testing.loop import LoopGuardStore
+
+    store = LoopGuardStore(MemoryExperienceStore())
+    ws = Workspace("Upload customer records", subgoals=["batch 1"], store=store, namespace=("acme",))
+
+    async def episode() -> None:
+        assert (await ws.aact("note", {"text": "Upload customer records in batches of 50"})).ok
+        assert (await ws.aact("track", {"key": "api.limit", "value": "50"})).ok
+        assert "batches of 50" in await ws.adashboard()
+        recalled = await ws.aact("recall", {"query": "customer records"})
+        assert recalled.ok and "batches of 50" in recalled.content
+        assert (await ws.aact("commit", {"subgoal": "batch 1", "status": "done"})).ok
+        assert (await ws.afinish(True)).credited == 1
+
+    asyncio.run(episode())
+    assert store.calls > 0 and store.violations == []
+
+    # The same call made synchronously on the loop is caught by the guard.
+    async def blocking() -> None:
+        try:
+            ws.act("recall", {"query": "customer records"})
+        except StoreError:
+            pass  # whether act surfaces it or reports it to the model, the guard saw it
+
+    asyncio.run(blocking())
+    assert store.violations == ["search"]
