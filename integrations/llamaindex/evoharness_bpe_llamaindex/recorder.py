@@ -175,6 +175,22 @@ class TraceRecorder:
                 )
             )
 
+    def record_model_call(self, messages: Sequence[Any], response: Any, tools: Sequence[Any] = ()) -> None:
+        """Record one model call as sent (`messages`, `tools`) with its reply message.
+
+        For code that sees the call itself (the BPE agents' model-call hook) rather than the
+        instrumentation events.
+        """
+        prompt = to_openai_messages(messages)
+        self._add_tools(tools or ())
+        self.model_calls.append(
+            ModelCall(
+                messages=prompt,
+                response=to_openai_message(response),
+                prompt_tokens=prompt_tokens(prompt, self.count_tokens),
+            )
+        )
+
     def _add_tools(self, tools: Sequence[Any]) -> None:
         known = {t.get("function", {}).get("name") for t in self.tools}
         for spec in openai_tool_specs(tools):
