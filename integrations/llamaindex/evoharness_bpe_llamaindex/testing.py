@@ -64,6 +64,14 @@ class ScriptedLLM(PolicyLLM):
         return super()._respond(messages, tools)
 
 
+def _is_tool_result(message: OpenAIMessage) -> bool:
+    # A ReAct agent returns tool results as "Observation: ..." user messages.
+    content = message.get("content")
+    return message.get("role") == "tool" or (
+        message.get("role") == "user" and isinstance(content, str) and content.startswith("Observation:")
+    )
+
+
 class _TaskPolicy:
     def __init__(self, scripts: Mapping[str, Sequence[Turn]], delay: float) -> None:
         if not scripts or any(not turns for turns in scripts.values()):
@@ -83,7 +91,7 @@ class _TaskPolicy:
         if key is None:
             raise ValueError(f"no script for a run whose user message is {user!r}")
         script = self.scripts[key]
-        step = sum(1 for m in messages if m.get("role") == "tool")
+        step = sum(1 for m in messages if _is_tool_result(m))
         turn = script[min(step, len(script) - 1)]
         if callable(turn):
             return turn(messages, tools)
@@ -95,7 +103,7 @@ class TaskScriptedLLM(PolicyLLM):
     """One script per task, picked by a key found in the run's first user message.
 
     The reply is the script's turn number *n*, where *n* is the number of tool results in the
-    prompt, so runs of different tasks can share one LLM — back to back or concurrently —
+    prompt (``tool`` messages, or a ReAct agent's "Observation:" messages), so runs of different tasks can share one LLM — back to back or concurrently —
     without taking each other's turns. `delay` seconds are spent in a worker thread per call.
     `policy.calls` holds every prompt in OpenAI format.
 

@@ -259,3 +259,51 @@ def test_a_context_continues_in_the_next_run(tmp_path) -> None:
     assert "paris.weather" in second_prompt[0]["content"]  # carried by the context, not re-tracked
     assert [t.task for t in traces.traces] == ["Weather in Paris?", "Weather in Paris?"]  # the episode's goal
     assert traces.traces[0].outcome.info["run_id"] != traces.traces[1].outcome.info["run_id"]
+
+
+def test_agent_workflow_per_run_one_episode_across_handoffs() -> None:
+    from llama_index.core.agent.workflow import AgentWorkflow
+
+    traces = BPETraceHandler()
+    researcher = FunctionAgent(
+        name="researcher",
+        description="Finds facts.",
+        tools=[FunctionTool.from_defaults(async_fn=fetch)],
+        llm=TaskScriptedLLM(
+            {"Paris": [[("track", {"key": "paris.weather", "value": "sunny"})], [("handoff", {"to_agent": "writer", "reason": "done"})]]}
+        ),
+        can_handoff_to=["writer"],
+        streaming=False,
+    )
+    writer_llm = TaskScriptedLLM({"Paris": ["Report: Paris is sunny."]})
+    writer = FunctionAgent(name="writer", description="Writes reports.", tools=[], llm=writer_llm, streaming=False)
+    workflow = with_bpe(AgentWorkflow(agents=[researcher, writer], root_agent="researcher"), trace=traces)
+
+    async def main() -> list[str]:
+        return [str(await workflow.run(user_msg="Weather in Paris?")) for _ in range(2)]
+
+    assert all("Paris is sunny" in answer for answer in asyncio.run(main()))
+    assert len(traces.traces) == 2  # one episode per run, not per agent or per handoff
+    for trace in traces.traces:
+        assert trace.outcome.success is True and _meta_names(trace) == ["track"]
+    assert "paris.weather" in writer_llm.policy.calls[0][0]["content"]  # the writer sees the researcher's belief
+    assert get_binding(workflow) is get_binding(researcher) is get_binding(writer)
+
+
+def test_react_agent_per_run() -> None:
+    from evoharness_bpe_llamaindex.testing import react_action, react_answer
+    from llama_index.core.agent.workflow import ReActAgent
+
+    traces = BPETraceHandler()
+    llm = TaskScriptedLLM({"Paris": [react_action("track", {"key": "paris.weather", "value": "sunny"}), react_answer("Sunny.")]})
+    agent = with_bpe(ReActAgent(tools=[], llm=llm, streaming=False), trace=traces)
+
+    async def main() -> str:
+        return str(await agent.run(user_msg="Weather in Paris?"))
+
+    assert "Sunny." in asyncio.run(main())
+    (trace,) = traces.traces
+    assert trace.outcome.success is True and _meta_names(trace) == ["track"]
+    assert len(trace.model_calls) == 2
+    for call in trace.model_calls:
+        assert sum(1 for m in call.messages if m["role"] == "system") == 1
