@@ -218,7 +218,12 @@ class RunBinding:
             if episode.finished:
                 return episode
             ws = episode.workspace
-            success = error is None and bool(self.success(ws.state))
+            success = False
+            if error is None:
+                try:
+                    success = bool(self.success(ws.state))
+                except Exception as exc:  # a broken judge must not leave the episode open
+                    error = exc
             episode.error = error
             episode.summary = await ws.afinish(success)
             # Lessons are credited once: a context that continues in a later run starts clean.
