@@ -4,11 +4,13 @@
 - `MetaActionError`: a model sent a meta-action the workspace cannot apply; the message is
   written for the model (which field, what was expected) and nothing was changed.
 - `StoreError`: an experience store failed to read or write.
+- `ModelCallError`: a model call failed or returned nothing (no text, no tool call), so the
+  run cannot go on; raised instead of finishing with an empty answer.
 """
 
 from __future__ import annotations
 
-__all__ = ["EvoHarnessError", "UserError", "MetaActionError", "StoreError"]
+__all__ = ["EvoHarnessError", "UserError", "MetaActionError", "StoreError", "ModelCallError"]
 
 
 class EvoHarnessError(Exception):
@@ -34,3 +36,7 @@ class MetaActionError(EvoHarnessError, ValueError):
 
 class StoreError(EvoHarnessError, RuntimeError):
     """An experience store could not complete an operation."""
+
+
+class ModelCallError(EvoHarnessError, RuntimeError):
+    """A model call failed or came back empty (an empty stream, no text and no tool call)."""

@@ -44,6 +44,7 @@ _log = logging.getLogger(__name__)
 _OBSERVED_CHARS = 300
 _TOOL_NAME_CHARS = 64
 _INJECT_MODES = ("full", "summary", "off")
+_STORE_ACTIONS = frozenset({"recall", "note"})
 
 
 @dataclass(frozen=True)
@@ -469,6 +470,28 @@ class Workspace:
         import asyncio  # deferred: asyncio costs import time that sync users never need
 
         return await asyncio.to_thread(self.finish, success)
+
+    # -- async twins: the store's I/O never runs on the event loop ---------------------------
+    async def aact(self, name: str, args: Any = None, *, tool_call_id: str | None = None) -> ActionResult:
+        """`act` for callers inside an event loop.
+
+        `recall` and `note` (the meta-actions that read or write the store) run in a worker
+        thread; `track` and `commit` touch only the in-memory state and run inline.
+        """
+        if name in _STORE_ACTIONS:
+            import asyncio  # deferred, as in afinish
+
+            return await asyncio.to_thread(self.act, name, args, tool_call_id=tool_call_id)
+        return self.act(name, args, tool_call_id=tool_call_id)
+
+    async def adashboard(self, *, record: bool = True) -> str:
+        """`dashboard` for callers inside an event loop: the experience hints (a store search)
+        are rendered in a worker thread; the summary and off modes never touch the store."""
+        if self.inject == "full":
+            import asyncio  # deferred, as in afinish
+
+            return await asyncio.to_thread(self.dashboard, record=record)
+        return self.dashboard(record=record)
 
     def trace(
         self,

@@ -1,11 +1,14 @@
-"""A LlamaIndex FunctionAgent with the BPE harness: meta-actions, dashboard, experience, trace.
+"""A LlamaIndex FunctionAgent with the BPE harness: a workspace per run, experience, one trace per run.
 
     python examples/llamaindex_function_agent.py                      # offline, a scripted model
     OPENAI_BASE_URL=http://localhost:8000/v1 OPENAI_MODEL=Qwen/Qwen3-8B \
         python examples/llamaindex_function_agent.py                  # any OpenAI-compatible server
 
-The real-model path needs ``pip install "evoharness-bpe-llamaindex[openai]"``. Run it twice: the
-lesson the agent notes in the first run is shown to it as a hint in the second.
+The real-model path needs ``pip install "evoharness-bpe-llamaindex[openai]"``; it sends at most
+``OPENAI_MAX_TOKENS`` (512) tokens per reply, waits at most ``OPENAI_TIMEOUT`` (60) seconds per
+call, and does not stream (several local servers refuse streaming with tools). A run whose model
+call fails or returns nothing, or that does not reserve the units, exits with status 1. Run it
+twice: the lesson the agent notes in the first run is shown to it as a hint in the second.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evoharness_bpe import Outcome, SQLiteExperienceStore, TraceWriter, Workspace
-from evoharness_bpe.exceptions import UserError
-from evoharness_bpe_llamaindex import TraceRecorder, with_bpe
+from evoharness_bpe import SQLiteExperienceStore, Trace
+from evoharness_bpe.exceptions import EvoHarnessError, UserError
+from evoharness_bpe_llamaindex import BPETraceHandler, with_bpe
 from evoharness_bpe_llamaindex.testing import ScriptedLLM
 from llama_index.core.agent.workflow import FunctionAgent
 
@@ -72,41 +75,69 @@ def make_llm() -> Any:
         is_chat_model=True,
         is_function_calling_model=True,
         context_window=32_768,
+        max_tokens=int(os.environ.get("OPENAI_MAX_TOKENS", "512")),
+        timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
+        max_retries=2,
     )
 
 
-async def run(out_dir: Path) -> Path:
+async def run(out_dir: Path) -> Trace:
+    """One run of the task; returns its trace (also appended to ``out_dir/traces.jsonl``)."""
     STOCK.update({"SKU-42": 5})
     RESERVED.clear()
     out_dir.mkdir(parents=True, exist_ok=True)
     store = SQLiteExperienceStore(out_dir / "experience.db")
+    traces = BPETraceHandler(out_dir / "traces.jsonl", env="inventory")
     try:
-        workspace = Workspace(TASK, subgoals=["check stock", "reserve units"], store=store, namespace=("example", "inventory"))
         agent = with_bpe(
-            FunctionAgent(tools=[check_stock, reserve], llm=make_llm(), system_prompt="You are an inventory assistant."),
-            workspace,
+            FunctionAgent(
+                tools=[check_stock, reserve],
+                llm=make_llm(),
+                system_prompt="You are an inventory assistant.",
+                streaming=False,
+            ),
+            store=store,
+            namespace=("example", "inventory"),
+            subgoals=["check stock", "reserve units"],
+            trace=traces,
         )
-        recorder = TraceRecorder(workspace)
-        result = await recorder.run(agent, user_msg=TASK, max_iterations=20)
-        success = RESERVED.get("1001") == 3
-        await workspace.afinish(success)
+        try:
+            result = await agent.run(user_msg=TASK, max_iterations=20)
+        finally:
+            traces.close()
+        trace = traces.last
+        assert trace is not None  # every run that started hands over its trace
         print(f"agent: {result}\n")
-        print(workspace.dashboard(record=False))
-        path = out_dir / "traces.jsonl"
-        with TraceWriter(path) as writer:
-            writer.write(recorder.trace(outcome=Outcome(success=success), env="inventory"))
-        summary = workspace.ledger.summary()
-        print(f"\n{len(recorder.model_calls)} model calls, {summary.meta_action_calls} meta-actions, "
-              f"{summary.harness_tokens} harness tokens. Trace: {path}")
-        return path
+        final = trace.dashboards[-1].text if trace.dashboards else ""
+        print(final)
+        print(f"\n{len(trace.model_calls)} model calls, {trace.ledger.meta_action_calls} meta-actions, "
+              f"{trace.ledger.harness_tokens} harness tokens. Trace: {traces.path}")
+        if not str(result).strip():
+            raise EvoHarnessError("the agent finished without an answer")
+        if RESERVED.get("1001") != 3:
+            raise EvoHarnessError("the units were not reserved")
+        return trace
     finally:
         store.close()
 
 
 def main(argv: list[str] | None = None) -> Path:
+    """Run once; returns the traces file. A failed run raises."""
     args = sys.argv[1:] if argv is None else argv
-    return asyncio.run(run(Path(args[0]) if args else Path("runs/llamaindex-example")))
+    out_dir = Path(args[0]) if args else Path("runs/llamaindex-example")
+    asyncio.run(run(out_dir))
+    return out_dir / "traces.jsonl"
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`main` as a command: status 0 on success, 1 (and the reason on stderr) on failure."""
+    try:
+        main(argv)
+    except Exception as exc:  # a model call that failed or returned nothing lands here too
+        print(f"run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from evoharness_bpe import BPEState, MemoryExperienceStore, UserError, Workspace
+from evoharness_bpe import BPEState, MemoryExperienceStore, StoreError, UserError, Workspace
 from evoharness_bpe.dashboard import CLOSE_TAG, OPEN_TAG
 
 
@@ -312,3 +312,33 @@ def test_integrations_never_overwrite_a_workspace_record_or_state() -> None:
                 if pattern.search(line) and not line.lstrip().startswith("#"):
                     offenders.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
     assert offenders == []
+
+
+def test_async_twins_keep_store_io_off_the_event_loop() -> None:
+    """`aact`, `adashboard` and `afinish` reach the store only from worker threads."""
+    from evoharness_bpe.testing.loop import LoopGuardStore
+
+    store = LoopGuardStore(MemoryExperienceStore())
+    ws = Workspace("Upload customer records", subgoals=["batch 1"], store=store, namespace=("acme",))
+
+    async def episode() -> None:
+        assert (await ws.aact("note", {"text": "Upload customer records in batches of 50"})).ok
+        assert (await ws.aact("track", {"key": "api.limit", "value": "50"})).ok
+        assert "batches of 50" in await ws.adashboard()
+        recalled = await ws.aact("recall", {"query": "customer records"})
+        assert recalled.ok and "batches of 50" in recalled.content
+        assert (await ws.aact("commit", {"subgoal": "batch 1", "status": "done"})).ok
+        assert (await ws.afinish(True)).credited == 1
+
+    asyncio.run(episode())
+    assert store.calls > 0 and store.violations == []
+
+    # The same call made synchronously on the loop is caught by the guard.
+    async def blocking() -> None:
+        try:
+            ws.act("recall", {"query": "customer records"})
+        except StoreError:
+            pass  # whether act surfaces it or reports it to the model, the guard saw it
+
+    asyncio.run(blocking())
+    assert store.violations == ["search"]

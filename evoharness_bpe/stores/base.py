@@ -16,9 +16,9 @@ import re
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +37,8 @@ __all__ = [
 
 ExperienceKind = Literal["lesson", "procedure", "pitfall"]
 Namespace = tuple[str, ...]
+
+T = TypeVar("T")
 
 _MAX_SEGMENT = 128
 _BAD_SEGMENT_RE = re.compile(r"[/\x00-\x1f\x7f]")
@@ -104,12 +106,23 @@ class ScoredEntry(BaseModel):
     score: float
 
 
+async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    import asyncio  # deferred: sync users of the core never pay for importing asyncio
+
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
 class ExperienceStore(ABC):
     """Namespaced storage and keyword search of experience entries.
 
     Implementations must be safe to share between threads. `transaction()` groups a
     read-modify-write (consolidation) so that concurrent writers to the same store — threads,
     and for backends that support it, processes — do not interleave inside it.
+
+    Every method has an async twin (`aadd`, `aget`, `aupdate`, `adelete`, `alist`, `asearch`,
+    `acount`) for callers inside an event loop. By default a twin runs the sync method in a
+    worker thread (`asyncio.to_thread`), so the loop never waits on the store's I/O; a backend
+    with a native async driver may override them.
     """
 
     @abstractmethod
@@ -142,6 +155,35 @@ class ExperienceStore(ABC):
     @abstractmethod
     def count(self, namespace: Namespace) -> int:
         """How many entries the namespace holds."""
+
+    # -- async twins (a worker thread unless a backend overrides them) -----------------------
+    async def aadd(self, namespace: Namespace, entry: ExperienceEntry) -> ExperienceEntry:
+        """`add` without blocking the event loop."""
+        return await _in_thread(self.add, namespace, entry)
+
+    async def aget(self, namespace: Namespace, entry_id: str) -> ExperienceEntry | None:
+        """`get` without blocking the event loop."""
+        return await _in_thread(self.get, namespace, entry_id)
+
+    async def aupdate(self, namespace: Namespace, entry: ExperienceEntry) -> None:
+        """`update` without blocking the event loop."""
+        await _in_thread(self.update, namespace, entry)
+
+    async def adelete(self, namespace: Namespace, entry_id: str) -> bool:
+        """`delete` without blocking the event loop."""
+        return await _in_thread(self.delete, namespace, entry_id)
+
+    async def alist(self, namespace: Namespace, *, limit: int = 100, offset: int = 0) -> list[ExperienceEntry]:
+        """`list` without blocking the event loop."""
+        return await _in_thread(self.list, namespace, limit=limit, offset=offset)
+
+    async def asearch(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
+        """`search` without blocking the event loop."""
+        return await _in_thread(self.search, namespace, query, k=k)
+
+    async def acount(self, namespace: Namespace) -> int:
+        """`count` without blocking the event loop."""
+        return await _in_thread(self.count, namespace)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -11,11 +11,13 @@ yields a fresh, empty store::
             s.close()
 
 The suite checks the raw contract (add/get/update/delete/list/search/count, namespace
-isolation) and the behaviours built on it (consolidation, supersedes, decay, the cap, credit).
+isolation), its async twins (aadd/aget/aupdate/adelete/alist/asearch/acount) and the
+behaviours built on it (consolidation, supersedes, decay, the cap, credit).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -151,6 +153,46 @@ class ExperienceStoreConformance:
         for t in threads:
             t.join()
         assert store.count(NS) == 100
+
+    # -- async twins -------------------------------------------------------------------------
+    def test_async_twins_match_the_sync_contract(self, store: ExperienceStore) -> None:
+        async def scenario() -> None:
+            entry = ExperienceEntry(text="Retry 503 errors after two seconds", tags=["api"])
+            assert await store.aadd(NS, entry) == entry
+            assert await store.aget(NS, entry.id) == entry
+            assert await store.aget(OTHER, entry.id) is None
+            with pytest.raises(StoreError):
+                await store.aadd(NS, entry)
+            entry.text = "phone numbers need a country code"
+            await store.aupdate(NS, entry)
+            assert await store.aget(NS, entry.id) == entry
+            with pytest.raises(StoreError):
+                await store.aupdate(OTHER, entry)
+            hits = await store.asearch(NS, "phone country", k=5)
+            assert [h.entry.id for h in hits] == [entry.id]
+            assert await store.asearch(NS, "retry seconds") == []
+            second = await store.aadd(NS, ExperienceEntry(text="second", updated=entry.updated + 10))
+            assert [e.id for e in await store.alist(NS)] == [second.id, entry.id]
+            assert [e.id for e in await store.alist(NS, limit=1, offset=1)] == [entry.id]
+            assert await store.acount(NS) == 2 and await store.acount(OTHER) == 0
+            assert await store.adelete(OTHER, entry.id) is False
+            assert await store.adelete(NS, entry.id) is True
+            assert await store.aget(NS, entry.id) is None
+            assert store.count(NS) == 1  # the twins and the sync methods see one store
+
+        asyncio.run(scenario())
+
+    def test_async_twins_run_concurrently_without_loss(self, store: ExperienceStore) -> None:
+        async def scenario() -> list[ExperienceEntry]:
+            return await asyncio.gather(*(store.aadd(NS, ExperienceEntry(text=f"gathered note {i}")) for i in range(20)))
+
+        added = asyncio.run(scenario())
+        assert store.count(NS) == 20
+        assert {e.id for e in store.list(NS, limit=50)} == {e.id for e in added}
+
+    def test_async_twins_validate_namespaces(self, store: ExperienceStore) -> None:
+        with pytest.raises(UserError):
+            asyncio.run(store.asearch(("a/b",), "x"))
 
     # -- behaviour built on the contract -----------------------------------------------------
     def test_near_duplicate_merges(self, store: ExperienceStore) -> None:

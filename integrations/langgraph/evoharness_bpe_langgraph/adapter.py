@@ -9,6 +9,7 @@ in-process `EpisodeLog` per run, which `TraceCallbackHandler` turns into a trace
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections import OrderedDict
@@ -296,6 +297,21 @@ class WorkspaceAdapter:
         cleared = ws.state.model_copy(deep=True)
         cleared.experience.recalled = []
         return {BPE_KEY: cleared.model_dump(mode="json")}
+
+    # -- async twins: store I/O (dashboard hints, recall, note, credit) in a worker thread -----
+    async def adashboard(self, state: dict[str, Any], runtime: Any) -> str:
+        """`dashboard` without blocking the event loop on the store."""
+        return await asyncio.to_thread(self.dashboard, state, runtime)
+
+    async def aact(
+        self, state: dict[str, Any], runtime: Any, name: str, args: Any, tool_call_id: str | None
+    ) -> tuple[bool, str, dict[str, Any] | None]:
+        """`act` without blocking the event loop on the store."""
+        return await asyncio.to_thread(self.act, state, runtime, name, args, tool_call_id)
+
+    async def afinish(self, state: dict[str, Any], runtime: Any, success: bool) -> dict[str, Any] | None:
+        """`finish` without blocking the event loop on the store."""
+        return await asyncio.to_thread(self.finish, state, runtime, success)
 
     @staticmethod
     def _finish_now(ws: Workspace, log: EpisodeLog, success: bool) -> EpisodeSummary:

@@ -11,6 +11,7 @@ the episode when the run ends.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -111,6 +112,17 @@ class BPEMiddleware(AgentMiddleware):
     def after_agent(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
         return self.adapter.finish(state, runtime, bool(self.success(state)))
 
+    async def abefore_agent(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        return self.adapter.start(state, runtime)  # builds state only: no store I/O
+
+    async def aafter_agent(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        return await self.adapter.afinish(state, runtime, bool(self.success(state)))
+
+    @hook_config(can_jump_to=["model"])
+    async def aafter_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        """`after_model` in a worker thread (a refused recall or note may reach the store)."""
+        return await asyncio.to_thread(self.after_model, state, runtime)
+
     @hook_config(can_jump_to=["model"])
     def after_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
         """Answer meta-action calls whose arguments did not parse, so the model can retry.
@@ -166,7 +178,8 @@ class BPEMiddleware(AgentMiddleware):
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelResponse:
-        return await handler(self._inject(request))
+        # The dashboard's experience hints are a store search: rendered off the event loop.
+        return await handler(await asyncio.to_thread(self._inject, request))
 
     # -- the agent's own tools (environment adapter) -----------------------------------------
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], ToolMessage | Command]) -> ToolMessage | Command:

@@ -8,10 +8,15 @@
 
 The model node reads ``state["bpe_dashboard"]`` (or calls `with_dashboard`) to put the
 dashboard into its system message.
+
+The node runs in sync and async graphs alike: under ``ainvoke`` the dashboard (an experience
+search) is rendered in a worker thread, never on the event loop. For the end of an async graph
+add ``bpe.finish_node`` rather than ``bpe.finish``, so that crediting lessons stays off the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -19,6 +24,7 @@ from typing import Any
 from evoharness_bpe import ExperienceStore
 from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph._internal._runnable import RunnableCallable  # what langgraph's own ToolNode extends
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
@@ -30,7 +36,7 @@ from .tools import meta_action_tools
 __all__ = ["BPENode", "bpe_tools", "with_dashboard"]
 
 
-class BPENode:
+class BPENode(RunnableCallable):
     """A graph node that opens the episode on first use and renders the dashboard into state.
 
     Takes the options of `BPEMiddleware` (store, namespace, goal, subgoals, dashboard_tokens,
@@ -60,8 +66,15 @@ class BPENode:
             **workspace_options,
         )
         self.tools: list[BaseTool] = meta_action_tools(self.adapter)
+        super().__init__(self._node, self._anode, name="bpe", trace=False)
 
     def __call__(self, state: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
+        return self._node(state, runtime)
+
+    async def _anode(self, state: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
+        return await asyncio.to_thread(self._node, state, runtime)
+
+    def _node(self, state: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
         update: dict[str, Any] = {}
         if not state.get(RUN_KEY):
             thread = getattr(getattr(runtime, "execution_info", None), "thread_id", None)
@@ -87,6 +100,15 @@ class BPENode:
     def finish(self, state: dict[str, Any], runtime: Runtime, success: bool = True) -> dict[str, Any]:
         """End the episode: credit the lessons recalled in it. Usable as a graph node."""
         return self.adapter.finish(state, runtime, success) or {}
+
+    async def afinish(self, state: dict[str, Any], runtime: Runtime, success: bool = True) -> dict[str, Any]:
+        """`finish` with the store's I/O in a worker thread."""
+        return await self.adapter.afinish(state, runtime, success) or {}
+
+    @property
+    def finish_node(self) -> RunnableCallable:
+        """`finish` and `afinish` as one graph node, for graphs run with ``invoke`` or ``ainvoke``."""
+        return RunnableCallable(self.finish, self.afinish, name="finish", trace=False)
 
 
 def bpe_tools(node: BPENode) -> list[BaseTool]:

@@ -1,8 +1,10 @@
 """evoharness-bpe for LlamaIndex: the Belief / Progress / Experience harness on workflow agents.
 
-- `with_bpe(agent, workspace)` / `BPEFunctionAgent` / `BPEReActAgent`: meta-action tools, the
-  dashboard merged into the system message before every model call, tool results observed,
-  Belief/Progress kept in the workflow `Context`.
+- `with_bpe(agent, store=..., namespace=..., trace=BPETraceHandler(path))` / `BPEFunctionAgent`
+  / `BPEReActAgent`: a fresh workspace per ``run()`` (kept in the run's `Context`, finished when
+  the run ends, one trace per run), meta-action tools, the dashboard merged into the system
+  message before every model call, tool results observed. ``with_bpe(agent, workspace)``: one
+  given workspace for every run (the advanced form).
 - `BPEMemoryBlock`: the dashboard as a block of `llama_index.core.memory.Memory`.
 - `TraceRecorder`: a run's events and model calls as a framework-neutral `Trace`.
 - `PolicyLLM`: any core `Policy` as a function-calling LLM; `testing.ScriptedLLM` for tests.
@@ -18,8 +20,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .agent import BPEFunctionAgent, BPEReActAgent, get_binding, merge_system, window_messages, with_bpe
+    from .agent import (
+        BPEAgentHooks,
+        BPEFunctionAgent,
+        BPEReActAgent,
+        BPERunSteps,
+        get_binding,
+        merge_system,
+        window_messages,
+        with_bpe,
+    )
     from .binding import WorkspaceBinding
+    from .runs import RunBinding, RunEpisode, RunInfo, default_success
+    from .trace_handler import BPETraceHandler
     from .llm import PolicyLLM
     from .memory import BPEMemoryBlock
     from .recorder import TraceRecorder
@@ -31,8 +44,15 @@ __all__ = [
     "with_bpe",
     "BPEFunctionAgent",
     "BPEReActAgent",
+    "BPEAgentHooks",
+    "BPERunSteps",
     "get_binding",
     "WorkspaceBinding",
+    "RunBinding",
+    "RunEpisode",
+    "RunInfo",
+    "default_success",
+    "BPETraceHandler",
     "BPEMemoryBlock",
     "TraceRecorder",
     "PolicyLLM",
@@ -50,7 +70,14 @@ _WHERE = {
     "get_binding": "agent",
     "merge_system": "agent",
     "window_messages": "agent",
+    "BPEAgentHooks": "agent",
+    "BPERunSteps": "agent",
     "WorkspaceBinding": "binding",
+    "RunBinding": "runs",
+    "RunEpisode": "runs",
+    "RunInfo": "runs",
+    "default_success": "runs",
+    "BPETraceHandler": "trace_handler",
     "BPEMemoryBlock": "memory",
     "TraceRecorder": "recorder",
     "PolicyLLM": "llm",

@@ -20,7 +20,7 @@ from llama_index.core.workflow import Context
 
 from .messages import RAW_ARGUMENTS
 
-__all__ = ["WorkspaceBinding", "DEFAULT_STATE_KEY", "UNOBSERVED_TOOLS"]
+__all__ = ["WorkspaceBinding", "DEFAULT_STATE_KEY", "UNOBSERVED_TOOLS", "observe_results", "label_event"]
 
 DEFAULT_STATE_KEY = "bpe_state"
 UNOBSERVED_TOOLS = frozenset({*META_ACTIONS, "handoff"})
@@ -76,42 +76,66 @@ class WorkspaceBinding:
 
     async def act(self, ctx: Context | None, name: str, kwargs: dict[str, Any]) -> ActionResult:
         """Apply a meta-action with the model's raw arguments; the workspace validates them."""
+        return (await self.act_indexed(ctx, name, kwargs))[0]
+
+    async def act_indexed(self, ctx: Context | None, name: str, kwargs: Any) -> tuple[ActionResult, int]:
+        """`act`, plus the index of the event it recorded (the store is used off the loop)."""
         async with self._lock():
             ws = await self.load(ctx)
-            args: Any = kwargs.get(RAW_ARGUMENTS) if set(kwargs) == {RAW_ARGUMENTS} else kwargs
-            result = ws.act(name, args)
+            args: Any = kwargs.get(RAW_ARGUMENTS) if isinstance(kwargs, dict) and set(kwargs) == {RAW_ARGUMENTS} else kwargs
+            result = await ws.aact(name, args)
             if result.ok:
                 await self.save(ctx)
-            return result
+            return result, len(ws.events) - 1
 
     async def dashboard(self, ctx: Context | None) -> str:
         """The dashboard for the next model call, rendered from the context's state."""
         async with self._lock():
             ws = await self.load(ctx)
-            return ws.dashboard()
+            return await ws.adashboard()
 
     async def observe(self, ctx: Context | None, results: Iterable[ToolCallResult]) -> None:
         """Feed the agent's own tool results into Belief/Progress; label meta-action events."""
         async with self._lock():
             ws = await self.load(ctx)
-            changed = False
-            for result in results:
-                output = result.tool_output
-                if result.tool_name in META_ACTIONS:
-                    _label_event(ws, output.raw_output, result.tool_id)
-                    continue
-                if result.tool_name in UNOBSERVED_TOOLS:
-                    continue
-                if output.is_error:
-                    ws.observe(result.tool_name, error=output.content or "error")
-                else:
-                    ws.observe(result.tool_name, result=output.content)
-                changed = True
-            if changed:
+            if observe_results(ws, results):
                 await self.save(ctx)
 
-def _label_event(ws: Workspace, raw_output: Any, tool_id: str) -> None:
-    # The tool cannot see its call id; the result carries the index of the event it appended.
+    # -- run boundaries: one fixed workspace is not opened or finished per run ---------------
+    async def start(self, ctx: Context, start_event: Any) -> None:
+        """Nothing to open: the workspace was given. Finish it yourself (`Workspace.afinish`)."""
+
+    async def end(self, ctx: Context, error: BaseException | None = None) -> None:
+        """Nothing to finish per run (see `start`)."""
+
+    async def recorder(self, ctx: Context) -> None:
+        """No per-run recording: use `TraceRecorder` around the run."""
+        return None
+
+
+def observe_results(ws: Workspace, results: Iterable[ToolCallResult]) -> bool:
+    """Observe ordinary tool results into `ws`, label meta-action events; whether state changed."""
+    changed = False
+    for result in results:
+        output = result.tool_output
+        if result.tool_name in META_ACTIONS:
+            label_event(ws, output.raw_output, result.tool_id)
+            continue
+        if result.tool_name in UNOBSERVED_TOOLS:
+            continue
+        if output.is_error:
+            ws.observe(result.tool_name, error=output.content or "error")
+        else:
+            ws.observe(result.tool_name, result=output.content)
+        changed = True
+    return changed
+
+
+def label_event(ws: Workspace, raw_output: Any, tool_id: str) -> None:
+    """Give the meta-action event a tool result points at (``raw_output["event"]``) its call id.
+
+    The tool cannot see its call id; the result carries the index of the event it appended.
+    """
     if not isinstance(raw_output, dict) or not tool_id:
         return
     index = raw_output.get("event")

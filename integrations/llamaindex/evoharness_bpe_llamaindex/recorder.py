@@ -173,6 +173,25 @@ class TraceRecorder:
         sources = self.token_sources
         return next(iter(sources)) if len(sources) == 1 else ("mixed" if sources else None)
 
+    def record_model_call(self, messages: Sequence[Any], response: Any, tools: Sequence[Any] = ()) -> None:
+        """Record one model call as sent (`messages`, `tools`) with its reply message.
+
+        For code that sees the call itself (the BPE agents' model-call hook) rather than the
+        instrumentation events.
+        """
+        prompt = to_openai_messages(messages)
+        specs = openai_tool_specs(tools or ())
+        self._add_tools(specs)
+        tokens = count_prompt_tokens(prompt, specs, self.token_counter)
+        self.token_sources.add(tokens.source)
+        self.model_calls.append(
+            ModelCall(
+                messages=prompt,
+                response=to_openai_message(response),
+                prompt_tokens=tokens.tokens,
+            )
+        )
+
     def _add_tools(self, specs: Sequence[dict[str, Any]]) -> None:
         known = {t.get("function", {}).get("name") for t in self.tools}
         for spec in specs:

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evoharness_bpe import Workspace
+from evoharness_bpe.actions import tool_specs
 from llama_index.core.tools import FunctionTool, ToolMetadata, ToolOutput
 from llama_index.core.workflow import Context
 
 from .binding import DEFAULT_STATE_KEY, WorkspaceBinding
+from .messages import RAW_ARGUMENTS
+from .runs import RunBinding
 
 __all__ = ["SchemaToolMetadata", "meta_action_tools", "openai_function_tool"]
 
@@ -48,21 +51,28 @@ def openai_function_tool(spec: dict[str, Any], fn: Callable[..., Awaitable[Any]]
 
 
 def meta_action_tools(
-    workspace: Workspace | WorkspaceBinding, *, state_key: str = DEFAULT_STATE_KEY
+    workspace: Workspace | WorkspaceBinding | RunBinding, *, state_key: str = DEFAULT_STATE_KEY
 ) -> list[FunctionTool]:
     """The four meta-actions (`track`, `commit`, `recall`, `note`) as context-aware tools.
 
-    Each call loads the Belief/Progress of the run's context, applies `Workspace.act` to the
-    model's raw arguments and writes the state back. A refused call is an error tool result.
+    Each call loads the Belief/Progress of the run's context, applies the meta-action to the
+    model's raw arguments (store I/O off the event loop) and writes the state back. A refused
+    call is an error tool result.
     """
-    binding = workspace if isinstance(workspace, WorkspaceBinding) else WorkspaceBinding(workspace, state_key=state_key)
-    return [_meta_tool(binding, spec.name, spec.description, spec.parameters) for spec in binding.workspace.tools]
+    if isinstance(workspace, (WorkspaceBinding, RunBinding)):
+        binding: WorkspaceBinding | RunBinding = workspace
+    else:
+        binding = WorkspaceBinding(workspace, state_key=state_key)
+    return [_meta_tool(binding, spec.name, spec.description, spec.parameters) for spec in tool_specs()]
 
 
-def _meta_tool(binding: WorkspaceBinding, name: str, description: str, parameters: dict[str, Any]) -> FunctionTool:
+def _meta_tool(
+    binding: WorkspaceBinding | RunBinding, name: str, description: str, parameters: dict[str, Any]
+) -> FunctionTool:
     async def meta_action(ctx: Context, **kwargs: Any) -> dict[str, Any]:
-        result = await binding.act(ctx, name, kwargs)
-        return {"ok": result.ok, "content": result.content, "name": name, "event": len(binding.workspace.events) - 1}
+        arguments: Any = kwargs[RAW_ARGUMENTS] if set(kwargs) == {RAW_ARGUMENTS} else kwargs
+        result, event = await binding.act_indexed(ctx, name, arguments)
+        return {"ok": result.ok, "content": result.content, "name": name, "event": event}
 
     async def to_output(raw: dict[str, Any]) -> ToolOutput:
         return ToolOutput(
