@@ -9,13 +9,11 @@ value through the core `Workspace`, so parallel meta-actions and observations al
 
 from __future__ import annotations
 
-import dataclasses
-
 from typing import Any
 
 from typing_extensions import Annotated, NotRequired, TypedDict
 
-from evoharness_bpe import Workspace
+from evoharness_bpe import Workspace, WorkspaceOptions
 from evoharness_bpe.stores.memory import MemoryExperienceStore
 
 __all__ = ["BPE_KEY", "RUN_KEY", "DASHBOARD_KEY", "bpe_reducer", "delta_update", "BPEChannels", "BPEGraphState"]
@@ -49,13 +47,13 @@ def bpe_reducer(current: dict[str, Any] | None, update: dict[str, Any] | None) -
 def _replay(current: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     # Only pure state changes are replayed; store effects (recall, note) happened once already
     # and only their ids are carried over.
-    ws = Workspace.from_state(current, store=MemoryExperienceStore())
+    # the caps the acting workspace had; the replay keeps them too
+    limits = next((op["limits"] for op in ops if op.get("limits")), None)
+    options = WorkspaceOptions(max_beliefs=limits[0], max_exceptions=limits[1]) if limits else None
+    ws = Workspace.from_state(current, store=MemoryExperienceStore(), options=options)
     experience = ws.state.experience
     for op in ops:
         kind = op["op"]
-        if op.get("limits"):  # the caps the acting workspace had; the replay keeps them too
-            beliefs, exceptions = op["limits"]
-            ws.options = dataclasses.replace(ws.options, max_beliefs=beliefs, max_exceptions=exceptions)
         if kind == "act":
             ws.act(op["name"], op["args"])
         elif kind == "observe":

@@ -296,7 +296,7 @@ class RunBinding:
         data = await ctx.store.get(self.state_key, default=None)
         if data is not None and data != episode.synced:
             state = self._checked_state(data, episode.namespace)
-            episode.workspace.state = state
+            episode.workspace.restore(state)
             episode.synced = data if isinstance(data, str) else None
         return episode.workspace
 
