@@ -54,3 +54,26 @@ def test_metrics_are_logged_and_misuse_refused() -> None:
         cost_aware_reward([_rollout(1, True)], success=[1, 0])
     with pytest.raises(UserError, match="lam"):
         CostWeights(lam=-1)
+
+
+def test_only_lambda_orders_rollouts_that_spend_the_same_tokens() -> None:
+    """Equal success and equal harness tokens: the number of meta-action calls alone decides."""
+    weights = CostWeights(lam=0.05, mu=0.002, invalid_penalty=0.0)
+    one_call = RolloutCost(1.0, meta_calls=1, harness_tokens=40)
+    four_calls = RolloutCost(1.0, meta_calls=4, harness_tokens=40)
+    assert cost_aware_score(one_call, weights) == pytest.approx(1.0 - 0.05 - 0.08)
+    assert cost_aware_score(four_calls, weights) == pytest.approx(1.0 - 0.20 - 0.08)
+    assert cost_aware_score(one_call, weights) > cost_aware_score(four_calls, weights)
+    free = CostWeights(lam=0.0, mu=0.002, invalid_penalty=0.0)
+    assert cost_aware_score(one_call, free) == cost_aware_score(four_calls, free)  # without λ they tie
+
+
+def test_lambda_outweighs_mu_when_it_is_priced_higher() -> None:
+    """One call with many tokens against three calls with few: λ and μ pull in opposite directions."""
+    verbose = RolloutCost(1.0, meta_calls=1, harness_tokens=300)
+    chatty = RolloutCost(1.0, meta_calls=3, harness_tokens=60)
+    by_calls = CostWeights(lam=0.2, mu=0.001)
+    by_tokens = CostWeights(lam=0.0, mu=0.001)
+    assert cost_aware_score(verbose, by_calls) - cost_aware_score(chatty, by_calls) == pytest.approx(2 * 0.2 - 240 * 0.001)
+    assert cost_aware_score(verbose, by_calls) > cost_aware_score(chatty, by_calls)
+    assert cost_aware_score(verbose, by_tokens) < cost_aware_score(chatty, by_tokens)
