@@ -39,7 +39,12 @@ def test_core_framework_traces_round_trip(tmp_path: Path) -> None:
         assert call.messages[0]["role"] == "system" and call.prompt_tokens == prompt_tokens(call.messages)
         assert call.response in [m for m in t.messages if m["role"] == "assistant"]
     bpe = traces[2]
-    assert "<workspace" in bpe.model_calls[-1].messages[0]["content"] or bpe.dashboards
+    # every dashboard the workspace rendered was injected into the system message of its model call
+    assert len(bpe.dashboards) == len(bpe.model_calls)
+    for call, shown in zip(bpe.model_calls, bpe.dashboards, strict=True):
+        assert shown.text.startswith("<bpe-dashboard") and call.messages[0]["content"].endswith(shown.text)
+    assert len({d.text for d in bpe.dashboards}) > 1  # it changed as the episode went on
+    assert all("<bpe-dashboard" not in c.messages[0]["content"] for t in traces[:2] for c in t.model_calls)
     assert bpe.ledger is not None and bpe.meta_actions and traces[0].ledger is None
     store.close()
 
