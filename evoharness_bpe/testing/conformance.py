@@ -106,10 +106,23 @@ class ExperienceStoreConformance:
         assert len(store.search(NS, "upload batch", k=3)) == 3
 
     def test_search_tolerates_query_syntax(self, store: ExperienceStore) -> None:
-        store.add(NS, ExperienceEntry(text="quotes and operators"))
-        for query in ['"unbalanced', "NOT AND OR", "a*b:c^(d)", "quotes -operators", "NEAR(x y)"]:
-            store.search(NS, query)  # must not raise
-        assert store.search(NS, 'quotes" OR "x')
+        """Query-language characters are plain text: they neither raise nor hide a matching entry."""
+        entry = store.add(NS, ExperienceEntry(text="quotes and operators"))
+        store.add(NS, ExperienceEntry(text="unrelated weather report"))
+        for query in ['"quotes', "NOT quotes", "quotes*:c^(d)", "quotes -operators", "NEAR(quotes operators)",
+                      'quotes" OR "x', "operators AND", "(operators", "quotes'", "{operators}", "quotes; DROP TABLE x"]:
+            hits = store.search(NS, query)
+            assert [h.entry.id for h in hits] == [entry.id], query
+        for query in ['"', "*:^()", "-", "NEAR()", "'", ";"]:
+            assert store.search(NS, query) == [], query
+
+    def test_an_entry_is_found_by_its_own_punctuated_text(self, store: ExperienceStore) -> None:
+        texts = ['Rate-limit: "429" means wait (retry-after*)', "NOT before 9:00 ^ AND never on Sundays; OR call ops",
+                 "col:value NEAR(x, y) -- comment '' quotes"]
+        entries = [store.add(NS, ExperienceEntry(text=t)) for t in texts]
+        for entry in entries:
+            hits = store.search(NS, entry.text)
+            assert hits and hits[0].entry.id == entry.id, entry.text
 
     def test_namespaces_are_isolated(self, store: ExperienceStore) -> None:
         mine = store.add(NS, ExperienceEntry(text="secret procedure for tenant a"))
