@@ -1,8 +1,9 @@
-"""The skip policy of the whole test suite: a skip not on ``tests/skip-allowlist.txt`` fails.
+"""Settings for the whole test suite, whichever part of it runs: Hypothesis profiles, skip policy.
 
-Every extra the tests use is installed by ``requirements-dev.txt``, so a skip usually means a
-broken install or a missing server. Such a skip is turned into a failure (with its reason), so
-it counts in pytest's closing summary and exit status instead of hiding among expected skips.
+A skip not on ``tests/skip-allowlist.txt`` fails. Every extra the tests use is installed by
+``requirements-dev.txt``, so a skip usually means a broken install or a missing server. Such a
+skip is turned into a failure (with its reason), so it counts in pytest's closing summary and
+exit status instead of hiding among expected skips.
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Tests that do not fix their own example count use the active profile: "suite" by default;
+# `pytest --hypothesis-profile=fuzz tests/test_fuzz.py` runs the long fuzzing campaign.
+settings.register_profile("suite", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
+settings.load_profile("suite")
 
 ALLOWLIST = Path(__file__).parent / "tests" / "skip-allowlist.txt"
 

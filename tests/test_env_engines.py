@@ -14,7 +14,7 @@ from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policies import ExpertPolicy, NoisyExpertPolicy
 from evoharness_bpe.lab.runner.core import run_episode
 
-pytestmark = pytest.mark.filterwarnings("ignore:Game .* is not fully supported")
+pytestmark = [pytest.mark.filterwarnings("ignore:Game .* is not fully supported"), pytest.mark.slow]  # ALFWorld and TextWorld games
 
 
 def test_problems_are_seeded() -> None:

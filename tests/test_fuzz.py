@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from evoharness_bpe import MemoryExperienceStore, Workspace
 from evoharness_bpe.actions import META_ACTIONS
 from evoharness_bpe.dashboard import CLOSE_TAG, OPEN_TAG
+
+pytestmark = pytest.mark.slow  # hypothesis campaigns
 
 FIELDS = ["key", "value", "source", "confidence", "subgoal", "status", "note", "query", "k", "text", "tags", "kind", "supersedes"]
 json_values = st.recursive(

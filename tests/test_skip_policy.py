@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = '''
 import pytest
 
+pytestmark = pytest.mark.slow  # runs pytest in subprocesses
+
 def test_passes():
     assert True
 

@@ -17,6 +17,7 @@ from evoharness_bpe_training.presets import PRESETS, accelerate_config_path, get
 from evoharness_bpe_training.sft import SFTRecipeConfig
 
 
+@pytest.mark.slow  # trains SFT and GRPO
 def test_train_commands_show_progress_and_write_metrics(sft_traces, tmp_path, capfd) -> None:
     traces = tmp_path / "traces.jsonl"
     with TraceWriter(traces) as writer:

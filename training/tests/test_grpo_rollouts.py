@@ -14,6 +14,8 @@ from evoharness_bpe_training.datasets import traces_to_sft_dataset
 from evoharness_bpe_training.metrics import read_jsonl
 from evoharness_bpe_training.presets import get_preset
 
+pytestmark = pytest.mark.slow  # fine-tunes and runs GRPO on the tiny model
+
 OPENING = {"name": "recall", "arguments": {"query": "crm migration batches rate limit rejected records", "k": 3}}
 
 

@@ -18,6 +18,7 @@ def test_core_does_not_load_llama_index() -> None:
     assert not loaded("import evoharness_bpe, evoharness_bpe.lab.frameworks\nevoharness_bpe.lab.frameworks.available_frameworks()")
 
 
+@pytest.mark.slow  # imports LlamaIndex in subprocesses
 def test_package_import_is_cheap_and_names_load_on_use() -> None:
     assert not loaded("import evoharness_bpe_llamaindex")
     assert loaded("from evoharness_bpe_llamaindex import with_bpe")

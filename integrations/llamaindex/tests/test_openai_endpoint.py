@@ -20,6 +20,8 @@ from evoharness_bpe import Workspace, read_traces
 
 import llama_index.llms.openai_like  # noqa: F401 - the [openai] extra (requirements-dev.txt): missing is an error
 
+pytestmark = pytest.mark.slow  # a local HTTP server and the example
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "llamaindex_function_agent.py"
 
 
