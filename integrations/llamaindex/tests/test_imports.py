@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import evoharness_bpe_llamaindex
+import pytest
 
 
 def loaded(code: str) -> bool:
@@ -27,8 +28,6 @@ def test_package_import_is_cheap_and_names_load_on_use() -> None:
 def test_every_public_name_resolves() -> None:
     """Each public name is the object its submodule defines, under that name, documented."""
     import importlib
-
-    import pytest
 
     pkg = evoharness_bpe_llamaindex
     where = _type_checking_imports(pkg)
