@@ -8,12 +8,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs pytest in subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TESTS = '''
 import pytest
-
-pytestmark = pytest.mark.slow  # runs pytest in subprocesses
 
 def test_passes():
     assert True
