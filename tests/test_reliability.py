@@ -50,6 +50,7 @@ def test_eight_processes_sqlite(tmp_path) -> None:
     store.close()
 
 
+@pytest.mark.slow  # eight processes
 def test_eight_processes_postgres(postgres_dsn, postgres_table) -> None:
     spec = ("postgres", postgres_dsn, postgres_table)
     open_store(spec).close()

@@ -83,6 +83,7 @@ def test_replies_without_tool_calls_are_invalid_and_end_the_episode() -> None:
     assert metrics["invalid_actions"] == 4 and metrics["model_calls"] == 4 and not metrics["success"]
 
 
+@pytest.mark.slow  # runs the evaluation CLI end to end
 def test_run_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert main(["run", "--env", "crm-migration", "compliance-review", "--policy", "expert", "noisy", "--episodes", "2",

@@ -64,6 +64,7 @@ def test_environments_resolve_by_built_in_name_entry_point_or_module(monkeypatch
         env_factory("crm-migration", difficulty=9)
 
 
+@pytest.mark.slow  # builds the 8B preset's configs
 def test_qwen3_8b_preset_builds_without_a_gpu(capsys) -> None:
     preset = get_preset("qwen3-8b")
     sft = preset.sft_config(model="/models/Qwen3-8B")
