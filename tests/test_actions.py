@@ -35,3 +35,51 @@ def test_enums_are_inlined_with_their_values() -> None:
     assert status["enum"] == ["todo", "doing", "done", "failed", "blocked"] and status["type"] == "string"
     assert commit["required"] == ["subgoal", "status"]
     assert "$defs" not in json.dumps(commit)
+
+
+TRACK = "track(key: string, value: string or null, source: string (optional), confidence: number (optional))"
+
+
+def _refusal(name: object, arguments: object):
+    import pytest
+
+    from evoharness_bpe.actions import parse_arguments
+    from evoharness_bpe.exceptions import MetaActionError
+
+    with pytest.raises(MetaActionError) as info:
+        parse_arguments(name, arguments)  # type: ignore[arg-type]
+    return info.value
+
+
+def test_refusals_name_the_action_the_field_and_the_signature() -> None:
+    unknown = _refusal("bogus", {})
+    assert str(unknown) == "unknown meta-action 'bogus'; available: track, commit, recall, note" and unknown.action == "bogus"
+    status = _refusal("commit", {"subgoal": "a", "status": "x"})
+    assert status.action == "commit" and status.field == "status"
+    assert str(status) == ("invalid arguments for commit: field 'status': Input should be 'todo', 'doing', 'done', 'failed' "
+                           "or 'blocked'. Expected commit(subgoal: string, status: todo|doing|done|failed|blocked, "
+                           "note: string or null (optional))")
+    missing = _refusal("track", None)  # no arguments at all: the missing fields, not a type error
+    assert str(missing) == f"invalid arguments for track: missing required field 'key'; missing required field 'value'. Expected {TRACK}"
+    assert missing.field == "key"
+    extra = _refusal("track", {"key": "k", "value": "v", "zz": 1})
+    assert str(extra) == f"invalid arguments for track: unexpected field 'zz'. Expected {TRACK}" and extra.field == "zz"
+    listed = _refusal("track", "[1]")
+    assert str(listed) == f"arguments must be a JSON object, got list; expected {TRACK}" and listed.action == "track"
+    assert _refusal("track", "").field == "key"
+    assert "pydantic" not in str(_refusal("recall", {"query": "x", "k": "three"}))  # no documentation URLs
+
+
+def test_argument_text_is_limited_and_must_be_json_values() -> None:
+    from evoharness_bpe.actions import MAX_ARGUMENT_CHARS, parse_arguments
+
+    head = '{"key": "k", "value": "v"'
+    at_limit = head + " " * (MAX_ARGUMENT_CHARS - len(head) - 1) + "}"  # JSON whitespace pads it
+    assert len(at_limit) == MAX_ARGUMENT_CHARS and parse_arguments("track", at_limit).value == "v"
+    too_long = _refusal("track", at_limit[:-1] + " }")
+    assert str(too_long) == f"arguments are {MAX_ARGUMENT_CHARS + 1} characters long; the limit is {MAX_ARGUMENT_CHARS}"
+    assert too_long.action == "track"
+    broken = _refusal("note", {"text": "\ud800"})
+    assert str(broken).startswith("arguments must be JSON values in valid UTF-8; expected note(") and broken.action == "note"
+    torn = _refusal("track", '{"key": ')
+    assert str(torn).startswith("arguments are not valid JSON (") and str(torn).endswith(f"expected a JSON object for {TRACK}")
