@@ -29,11 +29,3 @@ def postgres_table() -> str:
     """A fresh table name per test, so tests never see each other's rows."""
     return "exp_" + uuid.uuid4().hex[:12]
 
-
-from hypothesis import HealthCheck, settings  # noqa: E402
-
-# Tests that do not fix their own example count use the active profile: "suite" by default;
-# `pytest --hypothesis-profile=fuzz tests/test_fuzz.py` runs the long fuzzing campaign.
-settings.register_profile("suite", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("fuzz", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
-settings.load_profile("suite")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore:Game .* is not fully supported")
-pytest.importorskip("alfworld")
-pytest.importorskip("textworld")
+import alfworld  # noqa: F401 - the [alfworld] extra (requirements-dev.txt): missing is an error, not a skip
+import textworld  # noqa: F401 - the [textworld] extra
 
-from evoharness_bpe.lab.envs import make_env  # noqa: E402
-from evoharness_bpe.lab.envs.alfworld_problems import TASK_TYPES, generate_problem  # noqa: E402
-from evoharness_bpe.lab.envs.textworld import make_game  # noqa: E402
-from evoharness_bpe.lab.frameworks import EpisodeConfig  # noqa: E402
-from evoharness_bpe.lab.policies import ExpertPolicy, NoisyExpertPolicy  # noqa: E402
-from evoharness_bpe.lab.runner.core import run_episode  # noqa: E402
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.envs.alfworld_problems import TASK_TYPES, generate_problem
+from evoharness_bpe.lab.envs.textworld import make_game
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy, NoisyExpertPolicy
+from evoharness_bpe.lab.runner.core import run_episode
+
+pytestmark = [pytest.mark.filterwarnings("ignore:Game .* is not fully supported"), pytest.mark.slow]  # ALFWorld and TextWorld games
 
 
 def test_problems_are_seeded() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,8 @@ from evoharness_bpe import MemoryExperienceStore, Workspace
 from evoharness_bpe.actions import MAX_ARGUMENT_CHARS, MAX_ARGUMENT_DEPTH, META_ACTIONS
 from evoharness_bpe.dashboard import CLOSE_TAG, OPEN_TAG
 from evoharness_bpe.testing.hostile import NESTED_KINDS, OVERSIZED_KINDS, nested_arguments, oversized
+
+pytestmark = pytest.mark.slow  # hypothesis campaigns
 
 FIELDS = ["key", "value", "source", "confidence", "subgoal", "status", "note", "query", "k", "text", "tags", "kind", "supersedes"]
 json_values = st.recursive(

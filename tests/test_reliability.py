@@ -39,6 +39,7 @@ def check_notes(store, namespace) -> None:
     assert len(entries) == PROCESSES * NOTES * 4 // 5 + SHARED_LESSONS
 
 
+@pytest.mark.slow  # eight processes
 def test_eight_processes_sqlite(tmp_path) -> None:
     path = str(tmp_path / "exp.db")
     SQLiteExperienceStore(path).close()
@@ -49,6 +50,7 @@ def test_eight_processes_sqlite(tmp_path) -> None:
     store.close()
 
 
+@pytest.mark.slow  # eight processes
 def test_eight_processes_postgres(postgres_dsn, postgres_table) -> None:
     spec = ("postgres", postgres_dsn, postgres_table)
     open_store(spec).close()

@@ -43,7 +43,12 @@ def test_core_framework_traces_round_trip(tmp_path: Path) -> None:
         assert t.metadata["prompt_token_source"] == "approximate"
         assert call.response in [m for m in t.messages if m["role"] == "assistant"]
     bpe = traces[2]
-    assert "<workspace" in bpe.model_calls[-1].messages[0]["content"] or bpe.dashboards
+    # every dashboard the workspace rendered was injected into the system message of its model call
+    assert len(bpe.dashboards) == len(bpe.model_calls)
+    for call, shown in zip(bpe.model_calls, bpe.dashboards, strict=True):
+        assert shown.text.startswith("<bpe-dashboard") and call.messages[0]["content"].endswith(shown.text)
+    assert len({d.text for d in bpe.dashboards}) > 1  # it changed as the episode went on
+    assert all("<bpe-dashboard" not in c.messages[0]["content"] for t in traces[:2] for c in t.model_calls)
     assert bpe.ledger is not None and bpe.meta_actions and traces[0].ledger is None
     store.close()
 
@@ -82,6 +87,7 @@ def test_replies_without_tool_calls_are_invalid_and_end_the_episode() -> None:
     assert metrics["invalid_actions"] == 4 and metrics["model_calls"] == 4 and not metrics["success"]
 
 
+@pytest.mark.slow  # runs the evaluation CLI end to end
 def test_run_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert main(["run", "--env", "crm-migration", "compliance-review", "--policy", "expert", "noisy", "--episodes", "2",

@@ -76,6 +76,7 @@ def _write_many(path: str, offset: int) -> None:
             writer.write(make_trace(offset + i))
 
 
+@pytest.mark.slow  # spawns processes
 def test_processes_writing_one_file_do_not_interleave(tmp_path) -> None:
     path = str(tmp_path / "shared.jsonl")
     procs = [mp.get_context("spawn").Process(target=_write_many, args=(path, n * 100)) for n in range(3)]

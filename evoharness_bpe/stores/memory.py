@@ -49,7 +49,11 @@ class _Shelf:
 
 
 class MemoryExperienceStore(ExperienceStore):
-    """Experience kept in this process only; fast, and lost when the process ends."""
+    """Experience kept in this process only; fast, and lost when the process ends.
+
+    `transaction()` serialises the callers in this process; it does not roll back: writes made
+    before an exception inside the block are kept.
+    """
 
     def __init__(self) -> None:
         self._shelves: dict[Namespace, _Shelf] = defaultdict(_Shelf)

@@ -11,8 +11,10 @@ yields a fresh, empty store::
             s.close()
 
 The suite checks the raw contract (add/get/update/delete/list/search/count, namespace
-isolation), its async twins (aadd/aget/aupdate/adelete/alist/asearch/acount) and the
-behaviours built on it (consolidation, supersedes, decay, the cap, credit).
+isolation, transactions), its async twins (aadd/aget/aupdate/adelete/alist/asearch/acount) and
+the behaviours built on it (consolidation, supersedes, decay, the cap, credit). A backend whose
+``transaction()`` does not roll back sets ``rolls_back = False`` on its subclass; nothing in the
+suite is skipped.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ PREFIX = ("tenant-a",)
 
 class ExperienceStoreConformance:
     """Behaviour shared by every backend; see the module docstring for how to register."""
+
+    rolls_back: bool = True
+    """Whether ``transaction()`` undoes the writes of a block that raised. A backend that only
+    serialises its callers (no rollback) declares ``rolls_back = False`` and documents it; the
+    suite then asserts that the writes made before the error are kept, so neither behaviour can
+    change unnoticed."""
 
     @pytest.fixture
     def store(self) -> ExperienceStore:  # pragma: no cover - overridden by each backend
@@ -100,10 +108,23 @@ class ExperienceStoreConformance:
         assert len(store.search(NS, "upload batch", k=3)) == 3
 
     def test_search_tolerates_query_syntax(self, store: ExperienceStore) -> None:
-        store.add(NS, ExperienceEntry(text="quotes and operators"))
-        for query in ['"unbalanced', "NOT AND OR", "a*b:c^(d)", "quotes -operators", "NEAR(x y)"]:
-            store.search(NS, query)  # must not raise
-        assert store.search(NS, 'quotes" OR "x')
+        """Query-language characters are plain text: they neither raise nor hide a matching entry."""
+        entry = store.add(NS, ExperienceEntry(text="quotes and operators"))
+        store.add(NS, ExperienceEntry(text="unrelated weather report"))
+        for query in ['"quotes', "NOT quotes", "quotes*:c^(d)", "quotes -operators", "NEAR(quotes operators)",
+                      'quotes" OR "x', "operators AND", "(operators", "quotes'", "{operators}", "quotes; DROP TABLE x"]:
+            hits = store.search(NS, query)
+            assert [h.entry.id for h in hits] == [entry.id], query
+        for query in ['"', "*:^()", "-", "NEAR()", "'", ";"]:
+            assert store.search(NS, query) == [], query
+
+    def test_an_entry_is_found_by_its_own_punctuated_text(self, store: ExperienceStore) -> None:
+        texts = ['Rate-limit: "429" means wait (retry-after*)', "NOT before 9:00 ^ AND never on Sundays; OR call ops",
+                 "col:value NEAR(x, y) -- comment '' quotes"]
+        entries = [store.add(NS, ExperienceEntry(text=t)) for t in texts]
+        for entry in entries:
+            hits = store.search(NS, entry.text)
+            assert hits and hits[0].entry.id == entry.id, entry.text
 
     def test_namespaces_are_isolated(self, store: ExperienceStore) -> None:
         mine = store.add(NS, ExperienceEntry(text="secret procedure for tenant a"))
@@ -132,15 +153,46 @@ class ExperienceStoreConformance:
         assert store.get(NS, entry.id) == entry
         assert [h.entry.id for h in store.search(NS, "müller telefonnummer")] == [entry.id]
 
-    def test_transaction_rolls_back_on_error(self, store: ExperienceStore) -> None:
+    def test_transaction_on_error_matches_the_declared_capability(self, store: ExperienceStore) -> None:
         kept = store.add(NS, ExperienceEntry(text="kept entry"))
+        with pytest.raises(RuntimeError, match="boom"):
+            with store.transaction():
+                added = store.add(NS, ExperienceEntry(text="rolled back entry"))
+                raise RuntimeError("boom")
+        if self.rolls_back:
+            assert [e.id for e in store.list(NS)] == [kept.id], "transaction() must roll back (or declare rolls_back = False)"
+            assert store.get(NS, added.id) is None and store.search(NS, "rolled back") == []
+        else:  # documented: transaction() serialises callers but keeps what ran before the error
+            assert {e.id for e in store.list(NS)} == {kept.id, added.id}
+            assert store.get(NS, added.id) is not None
+
+    def test_failed_transaction_keeps_updates_and_deletes_as_declared(self, store: ExperienceStore) -> None:
+        changed = store.add(NS, ExperienceEntry(text="original wording", wins=1))
+        removed = store.add(NS, ExperienceEntry(text="entry to delete"))
+        before = store.get(NS, changed.id)
         with pytest.raises(RuntimeError):
             with store.transaction():
-                store.add(NS, ExperienceEntry(text="rolled back entry"))
-                raise RuntimeError("boom")
-        if store.count(NS) != 1:
-            pytest.skip("this backend's transaction() serialises but does not roll back")
-        assert [e.id for e in store.list(NS)] == [kept.id]
+                with store.transaction():  # re-entrant: the outer transaction decides
+                    edited = changed.model_copy(update={"text": "edited wording", "wins": 5})
+                    store.update(NS, edited)
+                    assert store.delete(NS, removed.id) is True
+                raise RuntimeError("after the inner block")
+        if self.rolls_back:
+            assert store.get(NS, changed.id) == before
+            assert store.get(NS, removed.id) is not None and store.count(NS) == 2
+            assert [h.entry.id for h in store.search(NS, "original wording")] == [changed.id]
+        else:
+            got = store.get(NS, changed.id)
+            assert got is not None and got.text == "edited wording" and got.wins == 5
+            assert store.get(NS, removed.id) is None and store.count(NS) == 1
+
+    def test_transaction_commits_on_success(self, store: ExperienceStore) -> None:
+        with store.transaction():
+            first = store.add(NS, ExperienceEntry(text="first committed entry"))
+            with store.transaction():
+                second = store.add(NS, ExperienceEntry(text="second committed entry"))
+        assert {e.id for e in store.list(NS)} == {first.id, second.id}
+        assert store.count(NS) == 2
 
     def test_threads_adding_concurrently_lose_nothing(self, store: ExperienceStore) -> None:
         def worker(n: int) -> None:

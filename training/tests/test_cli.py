@@ -17,6 +17,7 @@ from evoharness_bpe_training.presets import PRESETS, accelerate_config_path, get
 from evoharness_bpe_training.sft import SFTRecipeConfig
 
 
+@pytest.mark.slow  # trains SFT and GRPO
 def test_train_commands_show_progress_and_write_metrics(sft_traces, tmp_path, capfd) -> None:
     traces = tmp_path / "traces.jsonl"
     with TraceWriter(traces) as writer:
@@ -64,6 +65,7 @@ def test_environments_resolve_by_built_in_name_entry_point_or_module(monkeypatch
         env_factory("crm-migration", difficulty=9)
 
 
+@pytest.mark.slow  # builds the 8B preset's configs
 def test_qwen3_8b_preset_builds_without_a_gpu(capsys) -> None:
     preset = get_preset("qwen3-8b")
     sft = preset.sft_config(model="/models/Qwen3-8B")

@@ -89,3 +89,38 @@ def test_trl_renders_the_harness_tool_list(tiny_dir, tmp_path, locker_env_cls) -
     assert generated == sorted(generated)  # TRL's own list: the methods, alphabetically
     render_harness_tools(trainer, rollout_tool_schemas(cls))
     assert trainer._env_tools[None] == expected
+
+
+def _one_long_track_and_three_short(cls):
+    verbose, chatty = cls(), cls()
+    for env in (verbose, chatty):
+        env.reset(seed=0, difficulty=1)
+    verbose.track(key="plan", value=" ".join(f"step{i} open locker one carefully" for i in range(30)))
+    for n in range(3):
+        chatty.track(key=f"k{n}", value="v")
+    for env in (verbose, chatty):
+        assert env.open_locker(number=1).startswith("Locker 1 opened.")
+    return verbose, chatty
+
+
+def test_lam_travels_from_the_grpo_config_to_the_reward(locker_env_cls) -> None:
+    """`CostAwareGRPOConfig.lam` prices each meta-action call in the reward GRPO trains on.
+
+    The verbose rollout makes one call with many tokens, the chatty one three short calls: with λ
+    priced high the verbose one wins, with λ at zero μ alone makes the chatty one win.
+    """
+    from evoharness_bpe_training.grpo import CostAwareGRPOConfig
+    from evoharness_bpe_training.rewards import make_cost_aware_reward
+
+    verbose, chatty = _one_long_track_and_three_short(harness_environment(locker_env_cls))
+    v, c = verbose.rollout_cost, chatty.rollout_cost
+    assert (v.meta_calls, c.meta_calls) == (1, 3) and v.harness_tokens > c.harness_tokens
+    token_gap = v.harness_tokens - c.harness_tokens
+    mu = 0.5 / token_gap  # the token gap costs 0.5: more than 2 calls at the default λ, less than at λ=0.4
+    for lam in (0.4, 0.0, 0.02):
+        config = CostAwareGRPOConfig(lam=lam, mu=mu, invalid_penalty=0.0)
+        reward = make_cost_aware_reward(config.weights())
+        got = reward([[], []], environments=[verbose, chatty])
+        want = [1.0 - lam * x.meta_calls - mu * x.harness_tokens for x in (v, c)]
+        assert got == pytest.approx(want)
+        assert (got[0] > got[1]) is (lam == 0.4)

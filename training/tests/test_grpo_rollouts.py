@@ -15,6 +15,8 @@ from evoharness_bpe_training.datasets import traces_to_sft_dataset
 from evoharness_bpe_training.metrics import read_jsonl
 from evoharness_bpe_training.presets import get_preset
 
+pytestmark = pytest.mark.slow  # fine-tunes and runs GRPO on the tiny model
+
 OPENING = {"name": "recall", "arguments": {"query": "crm migration batches rate limit rejected records", "k": 3}}
 
 
@@ -53,7 +55,7 @@ def test_imprinted_model_rolls_out_real_tool_calls_and_the_harness_is_counted(im
     assert len(losses) == 30 and losses[-1] < 0.2 < losses[0]
     config = get_preset("tiny").grpo_config(model=str(imprinted.adapter_dir), env="crm-migration", output_dir=str(tmp_path),
                                             max_steps=2, seeds=2, max_completion_length=96, max_tool_calling_iterations=1,
-                                            temperature=0.2)
+                                            temperature=0.2, lam=0.3, mu=0.002)
     result = run_grpo(config)
     episodes = read_jsonl(tmp_path / "episodes.jsonl")
     assert len(episodes) == 4 and {e["step"] for e in episodes} == {1, 2}
@@ -63,6 +65,11 @@ def test_imprinted_model_rolls_out_real_tool_calls_and_the_harness_is_counted(im
     assert [r["step"] for r in log] == [1, 2]
     assert any(r["harness/meta_calls"] > 0 and r["harness/recall"] > 0 for r in log)
     assert any(r.get("tools/call_frequency", 0) > 0 for r in log)
+    # the reward TRL trained on is the config's: success − λ·calls − μ·tokens − ν·invalid, per episode
+    for row in log:
+        step = [e for e in episodes if e["step"] == row["step"]]
+        want = [e["success"] - 0.3 * e["meta_calls"] - 0.002 * e["harness_tokens"] - config.invalid_penalty * e["invalid"] for e in step]
+        assert row["rewards/cost_aware_reward/mean"] == pytest.approx(sum(want) / len(want), abs=1e-4)
     assert result.metrics["harness"]["overall"]["meta_calls_per_episode"] > 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from evoharness_bpe.exceptions import UserError
@@ -54,3 +56,74 @@ def test_metrics_are_logged_and_misuse_refused() -> None:
         cost_aware_reward([_rollout(1, True)], success=[1, 0])
     with pytest.raises(UserError, match="lam"):
         CostWeights(lam=-1)
+
+
+def test_only_lambda_orders_rollouts_that_spend_the_same_tokens() -> None:
+    """Equal success and equal harness tokens: the number of meta-action calls alone decides."""
+    weights = CostWeights(lam=0.05, mu=0.002, invalid_penalty=0.0)
+    one_call = RolloutCost(1.0, meta_calls=1, harness_tokens=40)
+    four_calls = RolloutCost(1.0, meta_calls=4, harness_tokens=40)
+    assert cost_aware_score(one_call, weights) == pytest.approx(1.0 - 0.05 - 0.08)
+    assert cost_aware_score(four_calls, weights) == pytest.approx(1.0 - 0.20 - 0.08)
+    assert cost_aware_score(one_call, weights) > cost_aware_score(four_calls, weights)
+    free = CostWeights(lam=0.0, mu=0.002, invalid_penalty=0.0)
+    assert cost_aware_score(one_call, free) == cost_aware_score(four_calls, free)  # without λ they tie
+
+
+def test_lambda_outweighs_mu_when_it_is_priced_higher() -> None:
+    """One call with many tokens against three calls with few: λ and μ pull in opposite directions."""
+    verbose = RolloutCost(1.0, meta_calls=1, harness_tokens=300)
+    chatty = RolloutCost(1.0, meta_calls=3, harness_tokens=60)
+    by_calls = CostWeights(lam=0.2, mu=0.001)
+    by_tokens = CostWeights(lam=0.0, mu=0.001)
+    assert cost_aware_score(verbose, by_calls) - cost_aware_score(chatty, by_calls) == pytest.approx(2 * 0.2 - 240 * 0.001)
+    assert cost_aware_score(verbose, by_calls) > cost_aware_score(chatty, by_calls)
+    assert cost_aware_score(verbose, by_tokens) < cost_aware_score(chatty, by_tokens)
+
+
+def test_cost_from_messages_counts_meta_action_arguments_and_results_only() -> None:
+    from evoharness_bpe.text import approx_tokens
+
+    from evoharness_bpe_training.rewards import rollout_cost_from_messages
+
+    args = {"key": "plan", "value": "open locker one then two"}
+    messages = [
+        {"role": "assistant", "tool_calls": [{"function": {"name": "track", "arguments": json.dumps(args)}},
+                                             {"function": {"name": "open_locker", "arguments": {"number": 1}}}]},
+        {"role": "tool", "content": "tracked plan"},  # no name: answers the first pending call (track)
+        {"role": "tool", "content": "Locker 1 opened."},  # answers open_locker: not harness
+        {"role": "assistant", "tool_calls": [{"function": {"name": "recall", "arguments": {"query": "lockers"}}}]},
+        {"role": "tool", "name": "recall", "content": {"error": "bad k"}},
+        {"role": "assistant", "tool_calls": [{"function": {"name": "note", "arguments": "{}"}}]},
+        {"role": "tool", "name": "note", "content": "Error: text is required"},
+    ]
+    cost = rollout_cost_from_messages(messages, 1.0)
+    want = (approx_tokens(json.dumps(args)) + approx_tokens("tracked plan") + approx_tokens(json.dumps({"query": "lockers"}))
+            + approx_tokens(json.dumps({"error": "bad k"})) + approx_tokens("{}") + approx_tokens("Error: text is required"))
+    assert cost.harness_tokens == want
+    assert cost.meta_calls == 3 and cost.by_action == {"track": 1, "commit": 0, "recall": 1, "note": 1}
+    assert cost.invalid == 2 and cost.success == 1.0
+
+
+def test_bound_reward_logs_each_batch_and_is_named_for_trl() -> None:
+    from evoharness_bpe_training.rewards import make_cost_aware_reward
+
+    seen: list[tuple[list, object]] = []
+    reward = make_cost_aware_reward(CostWeights(lam=0.5, mu=0.0, invalid_penalty=0.0), on_rollouts=lambda envs, state: seen.append((envs, state)))
+    assert reward.__name__ == "cost_aware_reward"
+
+    class Env:
+        rollout_cost = RolloutCost(1.0, meta_calls=1)
+
+    env = Env()
+    assert reward([[]], environments=(env,), trainer_state="state", weights=CostWeights(lam=0.0)) == [pytest.approx(0.5)]
+    assert seen == [([env], "state")]
+    assert reward([_rollout(1, True)], success=[1]) == [pytest.approx(0.5)] and len(seen) == 1
+
+
+def test_logged_metrics_are_batch_means() -> None:
+    logged: dict[str, float] = {}
+    rollouts = [_rollout(1, True), _rollout(3, False)]
+    cost_aware_reward(rollouts, success=[1, 0], log_metric=logged.__setitem__)
+    assert logged["harness/meta_calls"] == 2 and logged["harness/track"] == 2 and logged["harness/commit"] == 0
+    assert logged["harness/success"] == 0.5 and logged["harness/invalid"] == 0 and logged["harness/tokens"] > 0

@@ -10,6 +10,8 @@ from evoharness_bpe_training.datasets import traces_to_sft_dataset
 from evoharness_bpe_training.metrics import read_jsonl
 from evoharness_bpe_training.presets import get_preset
 
+pytestmark = pytest.mark.slow  # SFT and GRPO runs on the tiny model
+
 
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory, tiny_dir, sft_traces):

@@ -62,6 +62,7 @@ class _Run:
     model_calls: list[ModelCall] = field(default_factory=list)
     token_sources: set[str] = field(default_factory=set)
     pending: dict[UUID, list[dict[str, Any]]] = field(default_factory=dict)
+    run_key: str | None = None  # the BPE run id seen in a node's state, for runs that end in an error
 
 
 class TraceCallbackHandler(BaseCallbackHandler):
@@ -119,7 +120,9 @@ class TraceCallbackHandler(BaseCallbackHandler):
             return self._runs.get(root) if root is not None else None
 
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        self._enter(run_id, parent_run_id, metadata)
+        run = self._enter(run_id, parent_run_id, metadata)
+        if run is not None and parent_run_id is not None:
+            _note_run_key(run, inputs)
 
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, parent_run_id: UUID | None = None, metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._enter(run_id, parent_run_id, metadata)
@@ -146,6 +149,8 @@ class TraceCallbackHandler(BaseCallbackHandler):
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         if parent_run_id is None:
             self._close(run_id, outputs, error=None)
+        elif (run := self._run_of(run_id)) is not None:
+            _note_run_key(run, outputs)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         if parent_run_id is None:
@@ -169,9 +174,12 @@ class TraceCallbackHandler(BaseCallbackHandler):
         if system is not None:
             messages = [system, *(m for m in messages if m.get("role") != "system")]
         bpe = state.get(BPE_KEY) or {}
-        log = self.adapter.pop_log(state.get(RUN_KEY)) if self.adapter is not None and state.get(RUN_KEY) else None
+        run_key = state.get(RUN_KEY) or run.run_key
+        log = self.adapter.pop_log(run_key) if self.adapter is not None and run_key else None
         if log is not None and log.finishing is not None:
             log.finishing.result()
+        if not bpe and log is not None and log.live is not None:
+            bpe = log.live[0]  # a run that raised: the workspace as last observed (a raising tool included)
         if error is not None:
             outcome = Outcome(success=False, info={"error": f"{type(error).__name__}: {error}"})
         else:
@@ -205,6 +213,11 @@ class TraceCallbackHandler(BaseCallbackHandler):
 
 def _source(sources: set[str]) -> str | None:
     return next(iter(sources)) if len(sources) == 1 else ("mixed" if sources else None)
+
+
+def _note_run_key(run: _Run, values: Any) -> None:
+    if isinstance(values, dict) and isinstance(values.get(RUN_KEY), str):
+        run.run_key = values[RUN_KEY]
 
 
 def _first_user(messages: list[dict[str, Any]]) -> str:

@@ -3,7 +3,9 @@
 Used as `BPEMiddleware.wrap_tool_call` and as `ToolNode(wrap_tool_call=...)`. The tool runs
 unchanged; its result (or error message) goes to Belief and Progress through
 `Workspace.observe`, and the channel update travels with the `ToolMessage` in one `Command`.
-An exception raised by a tool is observed and re-raised, as without the adapter.
+An exception raised by a tool is observed and re-raised, as without the adapter. LangGraph drops
+the writes of a node that raised, so that observation reaches the run's trace
+(`TraceCallbackHandler`: ``metadata["bpe_state"]`` of the failed run), not the checkpoint.
 """
 
 from __future__ import annotations

@@ -74,6 +74,28 @@ def test_failed_run_is_recorded_as_failure(tmp_path, lookup_tool) -> None:
     assert trace.dashboards and trace.dashboards[0].text.startswith("<bpe-dashboard")
 
 
+def test_a_raising_tool_is_observed_in_the_failed_runs_trace(tmp_path, lookup_tool) -> None:
+    """The tool's exception propagates; the trace keeps the workspace that observed it."""
+    mw = BPEMiddleware()
+    handler = TraceCallbackHandler(tmp_path / "t.jsonl", middleware=mw)
+    script = [ai_tool_call("track", {"key": "city", "value": "Atlantis"}), ai_tool_call("lookup", {"city": "Atlantis"})]
+    agent = create_agent(ScriptedChatModel(responses=script), [lookup_tool], middleware=[mw])
+    try:
+        agent.invoke({"messages": [HumanMessage("go")]}, {"callbacks": [handler]})
+    except ValueError as exc:
+        assert "no such city" in str(exc)
+    else:
+        raise AssertionError("the tool's ValueError must propagate")
+    (trace,) = list(read_traces(tmp_path / "t.jsonl"))
+    assert trace.outcome.success is False and "no such city" in trace.outcome.info["error"]
+    bpe = trace.metadata["bpe_state"]
+    assert bpe["progress"]["exceptions"]["tool:lookup"]["message"] == "ValueError: no such city"
+    assert bpe["belief"]["facts"]["tool:lookup:error"]["value"] == "ValueError: no such city"
+    assert bpe["belief"]["facts"]["city"]["value"] == "Atlantis"  # the state before the tool, kept
+    assert [e.name for e in trace.meta_actions] == ["track"] and trace.ledger is not None
+    assert mw.adapter._logs == {}  # the failed run's log was handed to the trace, not leaked
+
+
 def test_invalid_json_tool_call_keeps_its_call_in_the_trace() -> None:
     from langchain_core.messages import AIMessage, ToolMessage
 

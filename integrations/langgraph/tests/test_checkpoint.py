@@ -80,7 +80,7 @@ def test_sqlite_saver_resumes_a_thread_across_connections(tmp_path) -> None:
 
 
 def test_async_sqlite_saver_resumes_a_thread(tmp_path) -> None:
-    aio = pytest.importorskip("langgraph.checkpoint.sqlite.aio")
+    from langgraph.checkpoint.sqlite import aio  # langgraph-checkpoint-sqlite needs aiosqlite for this
 
     async def run() -> tuple[list[str], list[str], dict]:
         async with aio.AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.db")) as saver:

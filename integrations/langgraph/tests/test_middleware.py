@@ -155,6 +155,20 @@ def test_raising_tool_is_observed_and_still_raises(lookup_tool) -> None:
         agent.invoke({"messages": [HumanMessage("go")]})
 
 
+def test_raising_tool_is_observed_in_async_runs(lookup_tool) -> None:
+    from evoharness_bpe_langgraph import TraceCallbackHandler
+
+    mw = BPEMiddleware()
+    handler = TraceCallbackHandler(middleware=mw)
+    agent = create_agent(ScriptedChatModel(responses=[ai_tool_call("lookup", {"city": "Atlantis"}), "ok"]), [lookup_tool], middleware=[mw])
+    with pytest.raises(ValueError, match="no such city"):
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [handler]}))
+    (trace,) = handler.traces
+    state = BPEState.model_validate(trace.metadata["bpe_state"])
+    assert state.progress.exceptions["tool:lookup"].message == "ValueError: no such city"
+    assert state.belief.facts["tool:lookup:error"].source == "lookup" and state.step == 1
+
+
 @dataclass
 class Ctx:
     user: str

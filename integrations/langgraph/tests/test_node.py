@@ -76,3 +76,23 @@ def test_node_graph_runs_async(lookup_tool) -> None:
     state = BPEState.model_validate(out["bpe"])
     assert set(state.belief.facts) == {"k", "tool:lookup:last"}
     assert "«k» = «v»" in model.calls[1][0].text
+
+
+def test_node_graph_observes_a_raising_tool_in_the_trace(lookup_tool) -> None:
+    import pytest
+    from evoharness_bpe_langgraph import TraceCallbackHandler
+
+    model = ScriptedChatModel(responses=[ai_tool_call("lookup", {"city": "Atlantis"}), "ok"])
+    node = BPENode()
+    app = _graph(model, lookup_tool, node)
+    handler = TraceCallbackHandler(middleware=node)
+    cfg = {"configurable": {"thread_id": "sunk"}, "callbacks": [handler]}
+    with pytest.raises(ValueError, match="no such city"):
+        app.invoke({"messages": [HumanMessage("Visit Atlantis")]}, cfg)
+    (trace,) = handler.traces
+    state = BPEState.model_validate(trace.metadata["bpe_state"])
+    assert state.progress.goal == "Visit Atlantis"
+    assert state.belief.facts["tool:lookup:error"].value == "ValueError: no such city"
+    assert list(state.progress.exceptions) == ["tool:lookup"]
+    # the checkpoint holds the state before the failed node: LangGraph drops a raising node's writes
+    assert "tool:lookup:error" not in app.get_state(cfg).values["bpe"]["belief"]["facts"]

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
@@ -32,6 +33,7 @@ junk = st.recursive(
 )
 
 
+@pytest.mark.slow  # hypothesis through create_agent
 @given(
     name=st.sampled_from(["track", "commit", "recall", "note"]),
     args=st.dictionaries(st.sampled_from(FIELDS), junk, max_size=5),

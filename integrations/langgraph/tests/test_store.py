@@ -16,12 +16,16 @@ from langgraph.store.sqlite import SqliteStore
 
 
 class TestOnInMemoryStore(ExperienceStoreConformance):
+    rolls_back = False  # documented on LangGraphExperienceStore: BaseStore has no transactions
+
     @pytest.fixture
     def store(self):
         yield LangGraphExperienceStore(InMemoryStore())
 
 
 class TestOnSqliteStore(ExperienceStoreConformance):
+    rolls_back = False  # documented on LangGraphExperienceStore: BaseStore has no transactions
+
     @pytest.fixture
     def store(self, tmp_path):
         conn = sqlite3.connect(tmp_path / "store.db", check_same_thread=False, isolation_level=None)
@@ -44,6 +48,8 @@ def _embed(texts: list[str]) -> list[list[float]]:
 
 class TestOnInMemoryStoreWithIndex(ExperienceStoreConformance):
     """With an embedding index the store's semantic search ranks the entries."""
+
+    rolls_back = False  # documented on LangGraphExperienceStore: BaseStore has no transactions
 
     @pytest.fixture
     def store(self):

@@ -18,13 +18,11 @@ from evoharness_bpe_llamaindex.runner import run_episode as llamaindex_episode
 from evoharness_bpe_llamaindex.testing import ScriptedLLM
 from llama_index.core.agent.workflow import FunctionAgent
 
-pytest.importorskip("evoharness_bpe_langgraph", reason="the LangGraph integration is not installed")
-
-from evoharness_bpe_langgraph import BPEMiddleware  # noqa: E402
-from evoharness_bpe_langgraph.runner import run_episode as langgraph_episode  # noqa: E402
-from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call  # noqa: E402
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.messages import HumanMessage, ToolMessage  # noqa: E402
+from evoharness_bpe_langgraph import BPEMiddleware
+from evoharness_bpe_langgraph.runner import run_episode as langgraph_episode
+from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, ToolMessage
 
 NAMESPACE = ("acme", "crm-agent")
 FROM_LLAMAINDEX = "The CRM API answers 429 above 5 requests per second: wait for retry-after"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.agent.workflow import FunctionAgent
@@ -12,6 +13,8 @@ from llama_index.core.agent.workflow import FunctionAgent
 from evoharness_bpe import Workspace
 from evoharness_bpe_llamaindex import with_bpe
 from evoharness_bpe_llamaindex.testing import ScriptedLLM
+
+pytestmark = pytest.mark.slow  # hypothesis through a real FunctionAgent
 
 FIELDS = ["key", "value", "source", "confidence", "subgoal", "status", "note", "query", "k", "text", "tags", "kind", "supersedes"]
 junk = st.recursive(

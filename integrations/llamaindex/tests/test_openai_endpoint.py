@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from evoharness_bpe import Workspace, read_traces
 
-pytest.importorskip("llama_index.llms.openai_like", reason="the [openai] extra is not installed")
+import llama_index.llms.openai_like  # noqa: F401 - the [openai] extra (requirements-dev.txt): missing is an error
+
+pytestmark = pytest.mark.slow  # a local HTTP server and the example
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "llamaindex_function_agent.py"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -57,5 +58,7 @@ def test_malformed_meta_action_reaches_the_model_as_an_error_and_changes_nothing
     assert ws.state.model_dump_json() == before
     (event,) = ws.events
     assert not event.ok and event.tool_call_id == "call_0_0"
-    assert event.arguments == (args if isinstance(args, str) else event.arguments)
+    # the event keeps the raw argument text the model sent (the scripted model sends JSON)
+    assert event.arguments == (args if isinstance(args, str) else json.dumps(args))
+    assert event.name == name
     assert ws.ledger.summary().invalid_calls == 1
