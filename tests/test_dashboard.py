@@ -62,7 +62,7 @@ def test_exceptions_outrank_beliefs_when_the_budget_is_tight() -> None:
         ws.act("track", {"key": f"fact.{n}", "value": "a long value " * 5})
     ws.observe("upload", error="quota exceeded")
     text = ws.dashboard(record=False)
-    assert ws.count_tokens(text) <= 120
+    assert ws.token_counter(text) <= 120
     assert _section(text, "EXCEPTIONS:") == ["- «tool:upload» «quota exceeded»"]
     assert len(_section(text, "BELIEFS:")) < 20  # the beliefs were cut, the exception was not
 
