@@ -3,11 +3,17 @@
 Arguments arrive from models as a dict or a JSON string. `parse_arguments` turns them into a
 validated model or raises a `MetaActionError` whose message names the field and what was
 expected, so the model can correct its next call.
+
+Size and nesting are checked before anything is parsed or serialised, in time and memory
+bounded by the limits rather than by the input: raw text longer than `MAX_ARGUMENT_CHARS`, a
+dict whose serialised form would be longer, or nesting deeper than `MAX_ARGUMENT_DEPTH` is
+refused at once, and `bounded_json` keeps at most `MAX_RECORDED_CHARS` of a call.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,10 +34,17 @@ __all__ = [
     "parse_arguments",
     "tool_specs",
     "MAX_ARGUMENT_CHARS",
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_RECORDED_CHARS",
+    "bounded_json",
 ]
 
 MAX_ARGUMENT_CHARS = 20_000
-"""Raw argument text longer than this is refused before it is parsed."""
+"""Raw argument text (or a dict's serialised form) longer than this is refused before parsing."""
+MAX_ARGUMENT_DEPTH = 16
+"""Arguments nested deeper than this (objects and arrays) are refused before parsing."""
+MAX_RECORDED_CHARS = 2_000
+"""The ledger, events and traces keep at most this much of a refused call's arguments."""
 
 
 class _Args(BaseModel):
@@ -149,12 +162,110 @@ def _describe(error: dict[str, Any]) -> str:
     return f"field {loc!r}: {message}"
 
 
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"?')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _deeper_than(text: bytes, limit: int) -> bool:
+    """Whether JSON text nests brackets deeper than `limit`, strings skipped (without parsing)."""
+    depth = 0
+    for byte in _STRING_RE.sub(b"", text).translate(None, _NOT_BRACKETS):
+        depth += 1 if byte in (0x5B, 0x7B) else -1  # [ {
+        if depth > limit:
+            return True
+    return False
+
+
+def _oversize(value: Any, max_chars: int = MAX_ARGUMENT_CHARS, max_depth: int = MAX_ARGUMENT_DEPTH) -> str | None:
+    """Why `value` is over the size or depth limit (None when within), without serialising it.
+
+    The walk stops as soon as a limit is passed, so its cost is bounded by the limits; the size
+    is a lower bound of the serialised length.
+    """
+    size = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (str, bytes, bytearray)):
+            size += len(item) + 2
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > max_depth:
+                return f"arguments are nested deeper than {max_depth} levels; the limit is {max_depth}"
+            size += 2
+            is_dict = isinstance(item, dict)
+            for key, child in item.items() if is_dict else enumerate(item):
+                size += (len(key) + 3 if isinstance(key, str) else 8) if is_dict else 1
+                # Scalars are counted here, only containers pushed: few allocations, so no
+                # garbage collection pass over a huge input while it is being measured.
+                if isinstance(child, (str, bytes, bytearray)):
+                    size += len(child) + 2
+                elif isinstance(child, (dict, list, tuple)):
+                    stack.append((child, depth + 1))
+                else:
+                    size += 8
+                if size > max_chars:
+                    break
+        else:
+            size += 8
+        if size > max_chars:
+            return f"arguments are over {max_chars} characters when serialised; the limit is {max_chars}"
+    return None
+
+
+_CUT_CHARS = 4_096
+"""Longer than every string field's limit (a test checks it)."""
+
+
+def _shrunk(arguments: dict[Any, Any]) -> dict[Any, Any]:
+    """`arguments` with over-long top-level strings cut to just over every field's limit.
+
+    The cut value still fails validation, and the error names the field and its limit.
+    """
+    return {
+        k: v[: _CUT_CHARS + 1] if isinstance(v, (str, bytes, bytearray)) and len(v) > _CUT_CHARS else v
+        for k, v in arguments.items()
+    }
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = value[: limit + 1] if isinstance(value, str) else value
+    try:
+        shown = repr(text) if isinstance(text, (str, int, type(None))) else f"<{type(value).__name__}>"
+    except Exception:  # a huge int's repr may refuse; the type is enough
+        shown = f"<{type(value).__name__}>"
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def bounded_json(arguments: Any, limit: int = MAX_RECORDED_CHARS) -> str:
+    """A call's arguments (or a tool's result) as JSON text of at most about `limit` characters.
+
+    Within the limit this is what the model wrote (a string as is, a dict serialised); a
+    longer text is cut and marked with its length, a value too large or deep to serialise
+    cheaply is described instead. The cost is bounded by `limit`, not by the value.
+    """
+    if arguments is None:
+        return ""
+    if isinstance(arguments, (bytes, bytearray)):
+        arguments = bytes(arguments[: 4 * limit]).decode("utf-8", "replace")
+    if not isinstance(arguments, str):
+        if _oversize(arguments, max_chars=4 * limit) is not None:
+            return f"<{type(arguments).__name__} over the size or depth limit, not recorded>"
+        try:
+            arguments = json.dumps(arguments, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):
+            return f"<{type(arguments).__name__} that is not JSON, not recorded>"
+    if len(arguments) <= limit:
+        return arguments
+    return arguments[:limit] + f"… [cut: {len(arguments)} characters]"
+
+
 def parse_arguments(name: str, arguments: Any) -> _Args:
     """Validate a model's arguments for meta-action `name` (a dict or a JSON object string)."""
     model = ARGUMENT_MODELS.get(name) if isinstance(name, str) else None
     if model is None:
         raise MetaActionError(
-            f"unknown meta-action {name!r}; available: {', '.join(META_ACTIONS)}", action=str(name)
+            f"unknown meta-action {_short_repr(name)}; available: {', '.join(META_ACTIONS)}",
+            action=_short_repr(name) if not isinstance(name, str) or len(name) > 60 else name,
         )
     if arguments is None or arguments == "":
         arguments = {}
@@ -162,6 +273,13 @@ def parse_arguments(name: str, arguments: Any) -> _Args:
         if len(arguments) > MAX_ARGUMENT_CHARS:
             raise MetaActionError(
                 f"arguments are {len(arguments)} characters long; the limit is {MAX_ARGUMENT_CHARS}",
+                action=name,
+            )
+        raw = arguments.encode("utf-8", "surrogatepass") if isinstance(arguments, str) else bytes(arguments)
+        if raw.count(b"[") + raw.count(b"{") > MAX_ARGUMENT_DEPTH and _deeper_than(raw, MAX_ARGUMENT_DEPTH):
+            raise MetaActionError(
+                f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels; the limit is "
+                f"{MAX_ARGUMENT_DEPTH}; expected {_expected(name)}",
                 action=name,
             )
         try:
@@ -176,6 +294,12 @@ def parse_arguments(name: str, arguments: Any) -> _Args:
             f"arguments must be a JSON object, got {type(arguments).__name__}; expected {_expected(name)}",
             action=name,
         )
+    problem = _oversize(arguments)
+    if problem is not None:
+        shrunk = _shrunk(arguments) if len(arguments) <= 16 else arguments  # meta-actions have ≤ 4 fields
+        if _oversize(shrunk) is not None:
+            raise MetaActionError(f"{problem}; expected {_expected(name)}", action=name)
+        arguments = shrunk  # fails validation below, naming the over-long field and its limit
     try:
         json.dumps(arguments, ensure_ascii=False).encode("utf-8")
     except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
@@ -183,7 +307,7 @@ def parse_arguments(name: str, arguments: Any) -> _Args:
             f"arguments must be JSON values in valid UTF-8; expected {_expected(name)}", action=name
         ) from None
     try:
-        return model.model_validate(arguments)
+        parsed = model.model_validate(arguments)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         problems = "; ".join(_describe(e) for e in errors[:5])
@@ -193,3 +317,6 @@ def parse_arguments(name: str, arguments: Any) -> _Args:
             action=name,
             field=str(first) if first is not None else None,
         ) from None
+    if problem is not None:  # unreachable while every field's limit is below the total's
+        raise MetaActionError(f"{problem}; expected {_expected(name)}", action=name)
+    return parsed

@@ -1,8 +1,9 @@
 """The dashboard: a compact, bounded text view of the BPE state, shown before each model call.
 
-Everything a model or a tool wrote is untrusted: it is put on one line, inside « », with the
-delimiters, angle brackets, control characters and chat-template tokens defused, and cut to a
-length limit. So a note cannot add a line, fake a section header or close the dashboard.
+Everything a model or a tool wrote is untrusted: it goes through `evoharness_bpe.sanitize.quote`
+(one line inside « », invisible characters removed, chat-template markers and angle brackets
+defused, cut to a length limit). So a note cannot add a line, fake a section header or an
+entry's id or counts, or close the dashboard.
 The whole text never exceeds the token budget under the given counter.
 """
 
@@ -15,7 +16,8 @@ from typing import Literal, NamedTuple
 from .ledger import LedgerSummary, LedgerTotals
 from .state import BPEState
 from .stores.base import ExperienceEntry
-from .text import TokenCounter, approx_tokens, inline
+from .sanitize import quote
+from .text import TokenCounter, approx_tokens
 
 __all__ = ["InjectMode", "RenderedDashboard", "render", "render_dashboard", "MIN_DASHBOARD_TOKENS", "OPEN_TAG", "CLOSE_TAG"]
 
@@ -28,11 +30,7 @@ _MAX_NEXT = 5
 _MAX_EXCEPTIONS = 5
 _MAX_BELIEFS = 12
 _MAX_HINTS = 2
-_ANGLE = str.maketrans({"<": "‹", ">": "›"})
-
-
-def _safe(text: str, limit: int) -> str:
-    return "«" + inline(text, limit, forbidden="«»").translate(_ANGLE) + "»"
+_safe = quote
 
 
 class RenderedDashboard(NamedTuple):

@@ -1,13 +1,15 @@
 """Text handling shared by the stores, consolidation and the dashboard.
 
 Term extraction (for BM25 and near-duplicate detection), the default token counter, and the
-sanitising of untrusted text before it is shown to a model.
+sanitising of untrusted text (`inline`, from `evoharness_bpe.sanitize`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+
+from .sanitize import inline
 
 __all__ = [
     "TokenCounter",
@@ -26,8 +28,6 @@ TokenCounter = Callable[[str], int]
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]+")
-_SPECIAL_TOKEN_RE = re.compile(r"<\|[^|>]{0,40}\|>|<\||\|>")
 
 _STOPWORDS = frozenset(
     "a an and are as at be been but by do does for from has have if in into is it its of on or so "
@@ -80,20 +80,3 @@ def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
     if not sa and not sb:
         return 0.0
     return len(sa & sb) / len(sa | sb)
-
-
-def inline(text: str, limit: int, *, forbidden: str = "") -> str:
-    """Make untrusted text safe to show on one line of a structured prompt.
-
-    Control characters and newlines become spaces, chat-template special tokens such as
-    ``<|im_start|>`` are defused, every character of `forbidden` (the caller's delimiters) is
-    removed, and the result is cut to `limit` characters with an ellipsis.
-    """
-    text = _CONTROL_RE.sub(" ", text)
-    text = _SPECIAL_TOKEN_RE.sub(lambda m: m.group(0).replace("|", "¦"), text)
-    if forbidden:
-        text = text.translate({ord(ch): None for ch in forbidden})
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: max(limit - 1, 0)].rstrip() + "…"
-    return text

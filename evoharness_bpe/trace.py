@@ -7,7 +7,6 @@ every meta-action with its cost, the dashboards the model was shown, and the out
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
@@ -21,6 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .exceptions import UserError
 from .ledger import ActionCost, LedgerSummary
+
+try:
+    import fcntl
+except ImportError:  # Windows: lines of one process still never interleave (the thread lock)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "TRACE_SCHEMA_VERSION",
@@ -114,29 +118,48 @@ class TraceWriter:
     """Appends traces to a JSONL file, one episode a line, flushed and fsynced per episode.
 
     Several threads and processes may write to one file: each line goes out in one locked
-    write, so lines never interleave. Use it as a context manager or call `close()`.
+    write, so lines never interleave (across processes where `fcntl` exists). Every record
+    starts on a fresh line: if the file ends in a line torn by a crashed writer, a newline
+    closes it first, so the torn line is skipped by `read_traces` and nothing after it is
+    lost. Use it as a context manager or call `close()`.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_BINARY", 0), 0o644)
         self._lock = threading.Lock()
 
     def write(self, trace: Trace) -> None:
+        """Append `trace` as one line; when this returns, the line is on disk."""
         line = (trace.model_dump_json() + "\n").encode("utf-8")
         with self._lock:
             if self._fd < 0:
                 raise UserError("this TraceWriter is closed")
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if fcntl is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
+                if not self._at_line_start():
+                    line = b"\n" + line
                 view = memoryview(line)
                 while view:
                     written = os.write(self._fd, view)
                     view = view[written:]
                 os.fsync(self._fd)
             finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                if fcntl is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _at_line_start(self) -> bool:
+        """Whether the file is empty or ends with a newline (checked under the lock)."""
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            return True
+        if hasattr(os, "pread"):
+            return os.pread(self._fd, 1, size - 1) == b"\n"
+        with open(self.path, "rb") as fh:  # no pread (Windows)
+            fh.seek(size - 1)
+            return fh.read(1) == b"\n"
 
     def close(self) -> None:
         with self._lock:

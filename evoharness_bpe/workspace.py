@@ -5,13 +5,25 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .actions import CommitArgs, NoteArgs, RecallArgs, ToolSpec, TrackArgs, parse_arguments, tool_specs
+from .actions import (
+    MAX_ARGUMENT_CHARS,
+    MAX_RECORDED_CHARS,
+    CommitArgs,
+    NoteArgs,
+    RecallArgs,
+    ToolSpec,
+    TrackArgs,
+    parse_arguments,
+    bounded_json,
+    tool_specs,
+)
 from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render
 from .exceptions import MetaActionError, UserError
 from .experience import ConsolidationPolicy, consolidate_note, credit, recall
@@ -19,14 +31,17 @@ from .ledger import ActionCost, CostLedger, LedgerSummary
 from .state import BPEState, Experience, Fact, OpenException, Progress, Subgoal, subgoal_id
 from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
-from .text import TokenCounter, approx_tokens, inline
+from .sanitize import inline, quote
+from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
 
-__all__ = ["Workspace", "ActionResult", "EpisodeSummary"]
+__all__ = ["Workspace", "ActionResult", "EpisodeSummary", "observed_tool_name"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_log = logging.getLogger(__name__)
 _OBSERVED_CHARS = 300
+_TOOL_NAME_CHARS = 64
 _INJECT_MODES = ("full", "summary", "off")
 
 
@@ -74,6 +89,7 @@ class Workspace:
         token_counter: TokenCounter = approx_tokens,
         policy: ConsolidationPolicy | None = None,
         max_beliefs: int = 5_000,
+        max_exceptions: int = 50,
         state: BPEState | None = None,
     ) -> None:
         if not isinstance(goal, str) or not goal.strip():
@@ -89,6 +105,7 @@ class Workspace:
         self.count_tokens = token_counter
         self.policy = policy or ConsolidationPolicy()
         self.max_beliefs = max_beliefs
+        self.max_exceptions = max_exceptions
         self.ledger = CostLedger()
         self.events: list[MetaActionEvent] = []
         self.snapshots: list[DashboardSnapshot] = []
@@ -150,7 +167,12 @@ class Workspace:
         except MetaActionError as exc:
             ok = False
             content = f"Error: {exc}"
-        raw = args if isinstance(args, str) else _dump(args)  # the trace keeps JSON text, as models emit it
+        except Exception as exc:  # a store or a bug must not end the model's run; it is logged
+            _log.exception("meta-action %s failed", name if isinstance(name, str) else type(name).__name__)
+            ok = False
+            content = f"Error: {name if isinstance(name, str) else 'meta-action'} failed ({type(exc).__name__}); try again or continue without it"
+        # The trace keeps JSON text, as models emit it; a refused call only its first part.
+        raw = bounded_json(args, MAX_ARGUMENT_CHARS if ok else MAX_RECORDED_CHARS)
         cost = ActionCost(
             tokens_in=self.count_tokens(raw),
             tokens_out=self.count_tokens(content),
@@ -159,7 +181,7 @@ class Workspace:
         label = name if isinstance(name, str) and name in self._handlers else "unknown"
         self.ledger.record_action(label, cost, ok)
         self.events.append(
-            MetaActionEvent(step=step, name=str(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id)
+            MetaActionEvent(step=step, name=_event_name(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id)
         )
         return ActionResult(ok=ok, content=content, cost=cost)
 
@@ -168,7 +190,7 @@ class Workspace:
         if args.value is None:
             old = belief.retract(args.key)
             return f"retracted {args.key} (was {old.value!r})"
-        if args.key not in belief.facts and len(belief.facts) >= self.max_beliefs:
+        if args.key not in belief.facts and len(belief.facts) >= self.max_beliefs and not self._evict_observed(1):
             raise MetaActionError(
                 f"Belief is full ({self.max_beliefs} facts); retract facts that no longer matter first",
                 field="key",
@@ -191,17 +213,17 @@ class Workspace:
     def _recall(self, args: RecallArgs) -> str:
         hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.policy)
         if not hits:
-            return f"no experience matches {args.query!r}"
+            return f"no experience matches {quote(args.query, 120)}"
         recalled = self.state.experience.recalled
         for hit in hits:
             if hit.entry.id not in recalled:
                 recalled.append(hit.entry.id)
         lines = [
-            f"[{h.entry.id}] {h.entry.kind}: {inline(h.entry.text, 500)} "
+            f"[{inline(h.entry.id, 64)}] {h.entry.kind}: {quote(h.entry.text, 500)} "
             f"(seen {h.entry.evidence}x, wins {h.entry.wins}, losses {h.entry.losses})"
             for h in hits
         ]
-        return f"{len(hits)} entries for {args.query!r}:\n" + "\n".join(lines)
+        return f"{len(hits)} entries for {quote(args.query, 120)}:\n" + "\n".join(lines)
 
     def _note(self, args: NoteArgs) -> str:
         outcome = consolidate_note(
@@ -259,25 +281,63 @@ class Workspace:
         return text
 
     # -- environment adapter ------------------------------------------------------------------
-    def observe(self, tool: str, args: Any = None, result: Any = None, error: BaseException | str | None = None) -> None:
+    def observe(
+        self, tool: str, args: Any = None, result: Any = None, error: BaseException | str | None = None
+    ) -> Fact | None:
         """Record an ordinary tool's outcome: its last result in Belief, an error as an exception.
 
-        A later success of the same tool resolves the exception its error opened.
+        A later success of the same tool resolves the exception its error opened. Observations
+        obey the meta-actions' limits whatever the tool returns: the tool's name is cut to
+        64 characters (so a key stays within 200), the value to 300; when Belief holds
+        `max_beliefs` facts or `max_exceptions` tool errors are open, the oldest observed
+        ones make room (facts the model tracked itself are never dropped; if only those are
+        left, the observation is not kept in Belief). `track` on a full Belief also drops the
+        oldest observed fact before it refuses. Returns the fact recorded, if any.
         """
         step = self.state.step
+        tool = observed_tool_name(tool)
         key = f"tool:{tool}"
         progress = self.state.progress
         if error is not None:
             message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
             value = inline(message, _OBSERVED_CHARS)
+            if key not in progress.exceptions:
+                self._drop_observed_exceptions(self.max_exceptions - 1)
             progress.exceptions[key] = OpenException(id=key, message=value, source=tool, step=step)
-            self.state.belief.upsert(Fact(key=f"{key}:error", value=value, source=tool, step=step))
+            fact = self._observe_fact(Fact(key=f"{key}:error", value=value, source=tool, step=step))
         else:
-            value = inline(result if isinstance(result, str) else _dump(result), _OBSERVED_CHARS)
-            self.state.belief.upsert(Fact(key=f"{key}:last", value=value, source=tool, step=step))
+            value = inline(bounded_json(result, 4 * _OBSERVED_CHARS), _OBSERVED_CHARS)
+            fact = self._observe_fact(Fact(key=f"{key}:last", value=value, source=tool, step=step))
             if progress.exceptions.pop(key, None) is not None:
                 self.state.belief.facts.pop(f"{key}:error", None)
         self.state.step += 1
+        return fact
+
+    def _observe_fact(self, fact: Fact) -> Fact | None:
+        facts = self.state.belief.facts
+        if fact.key not in facts and len(facts) >= self.max_beliefs:
+            self._evict_observed(len(facts) - self.max_beliefs + 1)
+            if len(facts) >= self.max_beliefs:
+                return None
+        self.state.belief.upsert(fact)
+        return fact
+
+    def _evict_observed(self, count: int) -> bool:
+        """Drop the `count` oldest observed facts (with their exceptions); whether any went."""
+        facts = self.state.belief.facts
+        observed = sorted((f.step, k) for k, f in facts.items() if k.startswith("tool:") and f.source != "agent")
+        for _, k in observed[:count]:
+            facts.pop(k)
+            if k.endswith(":error"):  # its exception goes with it
+                self.state.progress.exceptions.pop(k[: -len(":error")], None)
+        return bool(observed[:count])
+
+    def _drop_observed_exceptions(self, keep: int) -> None:
+        exceptions = self.state.progress.exceptions
+        observed = sorted((e.step, k) for k, e in exceptions.items() if k.startswith("tool:"))
+        for _, k in observed[: max(len(observed) - max(keep, 0), 0)]:
+            exceptions.pop(k)
+            self.state.belief.facts.pop(f"{k}:error", None)
 
     def wrap(self, fn: F, *, name: str | None = None) -> F:
         """Wrap a tool callable (sync or async) so its results and errors are observed.
@@ -356,13 +416,16 @@ class Workspace:
         )
 
 
-def _dump(value: Any) -> str:
-    if value is None:
-        return ""
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
+def observed_tool_name(tool: Any) -> str:
+    """The name an observed tool is recorded under: one sanitised line of at most 64 characters."""
+    name = inline(tool[:1_000] if isinstance(tool, str) else str(tool)[:1_000], _TOOL_NAME_CHARS)
+    return name or "tool"
+
+
+def _event_name(name: Any) -> str:
+    if isinstance(name, str):
+        return name if len(name) <= 64 else inline(name[:256], 64)
+    return "None" if name is None else f"<{type(name).__name__}>"
 
 
 def _call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,11 @@ stemmed terms the other backends index, so ranking behaves alike everywhere. `tr
 takes a transaction-level advisory lock, so consolidations from any number of processes and
 machines serialise instead of interleaving.
 
-Needs ``pip install "evoharness-bpe[postgres]"`` (psycopg 3). Why a direct backend rather than
+Connections come from a bounded `psycopg_pool.ConnectionPool` (``max_connections``): a thread
+borrows one per statement, or for a whole `transaction()`, so any number of threads — one per
+request, say — never hold more than ``max_connections`` server connections.
+
+Needs ``pip install "evoharness-bpe[postgres]"`` (psycopg 3 and psycopg-pool). Why a direct backend rather than
 the core store on LangGraph's ``PostgresStore``: that store has no keyword index (without an
 embedding index it ignores queries, so every recall would scan the namespace in Python) and no
 cross-process transaction; this one has both. LangGraph users can still share experience with
@@ -51,54 +55,103 @@ CREATE INDEX IF NOT EXISTS {table}_ns_updated ON {table} (ns, updated DESC, id D
 """
 
 
-def _import_psycopg() -> Any:
+def _import_psycopg() -> tuple[Any, Any]:
     try:
         import psycopg
+        import psycopg_pool
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise UserError(
-            'PostgresExperienceStore needs psycopg 3: pip install "evoharness-bpe[postgres]"'
+            'PostgresExperienceStore needs psycopg 3 and psycopg-pool: pip install "evoharness-bpe[postgres]"'
         ) from exc
-    return psycopg
+    return psycopg, psycopg_pool
+
+
+class _Result:
+    """A statement's rows and row count, read before its connection went back to the pool."""
+
+    __slots__ = ("rows", "rowcount")
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[Any]:
+        return list(self.rows)
+
+
+class _Statements:
+    """What `_conn()` returns: ``execute`` runs one statement on a pooled connection."""
+
+    def __init__(self, store: PostgresExperienceStore) -> None:
+        self._store = store
+
+    def execute(self, sql: str, params: tuple[Any, ...] | None = None) -> _Result:
+        return self._store._execute(sql, params)
 
 
 class PostgresExperienceStore(ExperienceStore):
     """Experience in a PostgreSQL table, shared by threads, processes and machines.
 
+    `max_connections` bounds the server connections this store opens (a pool); a thread that
+    finds them all busy waits up to `pool_timeout` seconds, then gets a `StoreError`.
+
     >>> store = PostgresExperienceStore("postgresql://user@db-host/agents")  # doctest: +SKIP
     """
 
-    def __init__(self, dsn: str, *, table: str = "evoharness_experience", connect_timeout: int = 10) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        table: str = "evoharness_experience",
+        connect_timeout: int = 10,
+        max_connections: int = 10,
+        pool_timeout: float = 30.0,
+    ) -> None:
         if not table.replace("_", "").isalnum() or not table[0].isalpha():
             raise UserError(f"table must be a plain SQL identifier, not {table!r}")
-        self._psycopg = _import_psycopg()
+        if max_connections < 1:
+            raise UserError("max_connections must be at least 1")
+        self._psycopg, pool_module = _import_psycopg()
         self.dsn = dsn
         self.table = table
-        self._connect_timeout = connect_timeout
         self._local = threading.local()
-        self._connections: list[Any] = []
-        self._connections_lock = threading.Lock()
-        with self._conn().transaction():
-            # Concurrent first connections would race on CREATE ... IF NOT EXISTS.
-            self._conn().execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            self._conn().execute(_schema(table))
+        self._pool = pool_module.ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max_connections,
+            kwargs={"autocommit": True, "connect_timeout": connect_timeout},
+            timeout=pool_timeout,
+            open=False,
+            name=f"evoharness-{table}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except self._psycopg.Error as exc:
+            self._pool.close()
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        with self.transaction():
+            # Concurrent first connections would race on CREATE ... IF NOT EXISTS (the
+            # transaction holds the advisory lock).
+            self._execute(_schema(table), None)
 
-    def _conn(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            try:
-                conn = self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=self._connect_timeout)
-            except self._psycopg.Error as exc:
-                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
-            self._local.conn = conn
-            self._local.depth = 0
-            with self._connections_lock:
-                self._connections.append(conn)
-        return conn
+    def _conn(self) -> _Statements:
+        return _Statements(self)
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        held = getattr(self._local, "conn", None)
+        if held is not None:  # inside this thread's transaction()
+            yield held
+            return
+        with self._pool.connection() as conn:
+            yield conn
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        conn = self._conn()
-        depth = self._local.depth
+        depth = getattr(self._local, "depth", 0)
         if depth > 0:
             self._local.depth = depth + 1
             try:
@@ -107,19 +160,21 @@ class PostgresExperienceStore(ExperienceStore):
                 self._local.depth = depth
             return
         try:
-            with conn.transaction():
+            with self._pool.connection() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                self._local.depth = 1
+                self._local.conn, self._local.depth = conn, 1
                 try:
                     yield
                 finally:
-                    self._local.depth = 0
+                    self._local.conn, self._local.depth = None, 0
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL transaction failed: {exc}") from exc
 
-    def _execute(self, sql: str, params: tuple[Any, ...]) -> Any:
+    def _execute(self, sql: str, params: tuple[Any, ...] | None) -> _Result:
         try:
-            return self._conn().execute(sql, params)
+            with self._connection() as conn:
+                cur = conn.execute(sql, params)
+                return _Result(cur.fetchall() if cur.description is not None else [], cur.rowcount)
         except self._psycopg.errors.UniqueViolation as exc:
             raise StoreError(f"an entry with this id already exists: {exc}") from exc
         except self._psycopg.Error as exc:
@@ -179,10 +234,7 @@ class PostgresExperienceStore(ExperienceStore):
         return self._execute(f"SELECT count(*) FROM {self.table} WHERE ns = %s", (key,)).fetchone()[0]
 
     def close(self) -> None:
-        with self._connections_lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+        self._pool.close()
         self._local = threading.local()
 
 

@@ -7,6 +7,7 @@ import sqlite3
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -83,8 +84,9 @@ def _indexed_terms(key: str, entry: ExperienceEntry) -> str:
 class SQLiteExperienceStore(ExperienceStore):
     """Experience in a SQLite database file, shared by threads and processes.
 
-    Each thread gets its own connection; the file runs in WAL mode so readers never block the
-    writer, and `transaction()` takes SQLite's write lock up front (``BEGIN IMMEDIATE``) so that
+    Each thread gets its own connection, closed when the thread ends (so a server that runs
+    each request in a new thread keeps a bounded number of files open); the file runs in WAL
+    mode so readers never block the writer, and `transaction()` takes SQLite's write lock up front (``BEGIN IMMEDIATE``) so that
     concurrent consolidations from several processes serialise instead of interleaving.
 
     `common_term_fraction`: in a large namespace, query terms found in more than this fraction
@@ -106,8 +108,8 @@ class SQLiteExperienceStore(ExperienceStore):
         self._timeout = timeout
         self._common_fraction = common_term_fraction
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._connections_lock = threading.Lock()
+        self._connections: dict[int, sqlite3.Connection] = {}
+        self._connections_lock = threading.RLock()  # a finalizer may run while it is held
         self._shared_memory_lock = threading.RLock()
         self._df_cache: dict[str, tuple[int, float]] = {}
         if self.path == ":memory:":
@@ -131,17 +133,19 @@ class SQLiteExperienceStore(ExperienceStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite experience store {self.path!r}: {exc}") from exc
         with self._connections_lock:
-            self._connections.append(conn)
+            self._connections[id(conn)] = conn
         return conn
 
     def _conn(self) -> sqlite3.Connection:
         if self._memory_conn is not None:
             return self._memory_conn
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._open()
+        held = getattr(self._local, "held", None)
+        if held is None:
+            held = self._local.held = _Held(self._open())
+            # The thread-local dies with its thread; so does the connection.
+            weakref.finalize(held, _release, self._connections, self._connections_lock, held.conn)
             self._local.depth = 0
-        return conn
+        return held.conn
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -311,8 +315,23 @@ class SQLiteExperienceStore(ExperienceStore):
 
     def close(self) -> None:
         with self._connections_lock:
-            for conn in self._connections:
+            for conn in self._connections.values():
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
+
+
+class _Held:
+    """A thread's connection, kept in the store's thread-local."""
+
+    __slots__ = ("conn", "__weakref__")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+
+def _release(connections: dict[int, sqlite3.Connection], lock: threading.RLock, conn: sqlite3.Connection) -> None:
+    with lock:
+        connections.pop(id(conn), None)
+    conn.close()
 

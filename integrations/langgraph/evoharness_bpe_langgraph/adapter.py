@@ -17,11 +17,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from evoharness_bpe import BPEState, EpisodeSummary, ExperienceStore, MemoryExperienceStore, Workspace
+from evoharness_bpe import BPEState, EpisodeSummary, Experience, ExperienceStore, MemoryExperienceStore, Workspace
 from evoharness_bpe.exceptions import UserError
+from pydantic import ValidationError
 from evoharness_bpe.ledger import CostLedger
 from evoharness_bpe.stores.base import validate_namespace
 from evoharness_bpe.text import inline
+from evoharness_bpe.workspace import observed_tool_name
 from evoharness_bpe.trace import DashboardSnapshot, MetaActionEvent
 
 from .channel import BPE_KEY, RUN_KEY, Op, delta_update
@@ -151,7 +153,11 @@ class WorkspaceAdapter:
         return self._new_workspace(messages, runtime).state.model_dump(mode="json")
 
     def start(self, state: dict[str, Any], runtime: Any) -> dict[str, Any]:
-        """The update that opens a run: a fresh state if the thread has none, a new run id."""
+        """The update that opens a run: a fresh state if the thread has none, a new run id.
+
+        A state that names another namespace than this run's (from the input, or a thread
+        restored under another context) is rewritten to this run's namespace, see `workspace`.
+        """
         run = uuid.uuid4().hex
         update: dict[str, Any] = {RUN_KEY: run}
         if not state.get(BPE_KEY):
@@ -160,18 +166,39 @@ class WorkspaceAdapter:
             ws.ledger, ws.events, ws.snapshots = log.ledger, log.events, log.snapshots
             value = update[BPE_KEY] = ws.state.model_dump(mode="json")
             log.live = (value, ws)  # the first model call reuses it instead of rebuilding
+        else:
+            rebound = self.rebind(state[BPE_KEY], runtime)
+            if rebound is not None:
+                update[BPE_KEY] = rebound
         return update
+
+    def rebind(self, value: Any, runtime: Any) -> dict[str, Any] | None:
+        """`value` moved to this run's namespace, or None when it is already there."""
+        parsed = _parse_state(value)
+        namespace = self.namespace_for(runtime)
+        if parsed.experience.namespace == namespace:
+            return None
+        return _in_namespace(parsed, namespace).model_dump(mode="json")
 
     def workspace(self, state: dict[str, Any], runtime: Any) -> tuple[Workspace, EpisodeLog, dict[str, Any]]:
         """The live workspace for `state` (rebuilt only when the state changed), its log, and
-        the channel value it was built from. Call with ``log.lock`` held when acting."""
+        the channel value it was built from. Call with ``log.lock`` held when acting.
+
+        The Experience namespace is always the one this adapter's configuration gives this run
+        (the fixed namespace, or ``namespace(runtime)``), never the one stored in the state: a
+        ``bpe`` value in the input or a restored thread of another user cannot redirect reads,
+        writes or credits. A stored state from another namespace is used without its recalled
+        and noted ids, which belong to that namespace.
+        """
         log = self.log(state.get(RUN_KEY))
         value = state.get(BPE_KEY) or self.new_state(state.get("messages", ()), runtime)
+        namespace = self.namespace_for(runtime)
         live = log.live
-        if live is not None and (live[0] is value or live[0] == value):
+        if live is not None and (live[0] is value or live[0] == value) and live[1].namespace == namespace:
             return live[1], log, value
         ws = Workspace.from_state(
-            BPEState.model_validate(value),
+            _in_namespace(_parse_state(value), namespace),
+            namespace=namespace,
             store=self.store_for(runtime),
             dashboard_tokens=self.dashboard_tokens,
             inject=self.inject,
@@ -209,7 +236,7 @@ class WorkspaceAdapter:
             elif name == "note":
                 ops = [{"op": "noted", "ids": experience.noted[noted:]}]
             else:
-                ops = [{"op": "act", "name": name, "args": args}]
+                ops = [{"op": "act", "name": name, "args": args, "limits": [ws.max_beliefs, ws.max_exceptions]}]
             return True, result.content, self._commit(log, ws, base, ops)
 
     def observe(
@@ -219,9 +246,14 @@ class WorkspaceAdapter:
         ws, log, _ = self.workspace(state, runtime)
         with log.lock:
             base = ws.state.step
-            ws.observe(tool, result=result, error=error)
-            fact = ws.state.belief.facts.get(f"tool:{tool}:error" if error is not None else f"tool:{tool}:last")
-            op: Op = {"op": "observe", "tool": tool, "result": None, "error": None}
+            fact = ws.observe(tool, result=result, error=error)
+            op: Op = {
+                "op": "observe",
+                "tool": observed_tool_name(tool),
+                "result": None,
+                "error": None,
+                "limits": [ws.max_beliefs, ws.max_exceptions],
+            }
             op["error" if error is not None else "result"] = fact.value if fact else ""
             return self._commit(log, ws, base, [op])
 
@@ -265,6 +297,25 @@ class WorkspaceAdapter:
         done, _ = wait(pending, timeout=timeout)
         for fut in done:
             fut.result()
+
+
+def _parse_state(value: Any) -> BPEState:
+    try:
+        return BPEState.model_validate(value)
+    except ValidationError as exc:
+        raise UserError(
+            f"the {BPE_KEY!r} channel does not hold a BPEState ({exc.error_count()} problems, first: "
+            f"{inline(str(exc.errors(include_url=False, include_input=False)[0]), 200)}); start a new thread "
+            f"or pass no {BPE_KEY!r} value in the input"
+        ) from None
+
+
+def _in_namespace(state: BPEState, namespace: tuple[str, ...]) -> BPEState:
+    if state.experience.namespace == namespace:
+        return state
+    moved = state.model_copy()
+    moved.experience = Experience(namespace=namespace)
+    return moved
 
 
 def _as_experience_store(store: Any) -> ExperienceStore:

@@ -24,8 +24,8 @@ DASHBOARD_KEY = "bpe_dashboard"
 _DELTA = "__bpe_delta__"
 
 Op = dict[str, Any]
-"""One replayable change: ``{"op": "act", "name", "args"}``, ``{"op": "observe", "tool",
-"result", "error"}``, ``{"op": "recalled" | "noted", "ids": [...]}``."""
+"""One replayable change: ``{"op": "act", "name", "args", "limits"}``, ``{"op": "observe", "tool",
+"result", "error", "limits": [max_beliefs, max_exceptions]}``, ``{"op": "recalled" | "noted", "ids": [...]}``."""
 
 
 def delta_update(base_step: int, state: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
@@ -51,6 +51,8 @@ def _replay(current: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     experience = ws.state.experience
     for op in ops:
         kind = op["op"]
+        if op.get("limits"):  # the caps the acting workspace had; the replay keeps them too
+            ws.max_beliefs, ws.max_exceptions = op["limits"]
         if kind == "act":
             ws.act(op["name"], op["args"])
         elif kind == "observe":

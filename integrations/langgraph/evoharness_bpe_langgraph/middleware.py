@@ -56,7 +56,11 @@ class BPEMiddleware(AgentMiddleware):
         store: an `ExperienceStore`, or any LangGraph `BaseStore` (wrapped in
             `LangGraphExperienceStore`). Default: the agent's own ``store=``, else in memory.
         namespace: experience namespace, fixed or a function of the run's `Runtime`
-            (``lambda rt: ("users", rt.context.user_id)``).
+            (``lambda rt: ("users", rt.context.user_id)``). It is decided for this run at
+            every hook: a namespace stored in the ``bpe`` channel (sent in the input, or in a
+            restored thread of another user) is ignored and rewritten, together with the
+            recalled and noted ids that belong to it, so it cannot redirect reads, writes or
+            credits. A ``bpe`` value that is not a `BPEState` is refused with a `UserError`.
         goal, subgoals: the episode's goal (default: the first user message) and subgoals.
         dashboard_tokens, inject: the dashboard's token budget and mode (full, summary, off).
         window: keep only the last `window` messages in the prompt (the dashboard carries the rest).

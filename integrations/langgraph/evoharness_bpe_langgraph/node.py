@@ -34,7 +34,8 @@ class BPENode:
     """A graph node that opens the episode on first use and renders the dashboard into state.
 
     Takes the options of `BPEMiddleware` (store, namespace, goal, subgoals, dashboard_tokens,
-    inject). `wrap_tool_call` / `awrap_tool_call` observe ordinary tools in a `ToolNode`;
+    inject). As there, the Experience namespace is the one configured for this run at every
+    hook; a stored ``bpe`` value naming another is moved to it, never followed. `wrap_tool_call` / `awrap_tool_call` observe ordinary tools in a `ToolNode`;
     `finish` is a node (or a function) that ends the episode.
     """
 
@@ -67,6 +68,10 @@ class BPENode:
             update[RUN_KEY] = thread or uuid.uuid4().hex
         if not state.get(BPE_KEY):
             update[BPE_KEY] = self.adapter.new_state(state.get("messages", ()), runtime)
+        else:  # a state from another namespace (input, restored thread) moves to this run's
+            rebound = self.adapter.rebind(state[BPE_KEY], runtime)
+            if rebound is not None:
+                update[BPE_KEY] = rebound
         view = {**state, **update}
         update[DASHBOARD_KEY] = self.adapter.dashboard(view, runtime)
         return update

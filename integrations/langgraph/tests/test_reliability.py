@@ -11,7 +11,7 @@ import sys
 import textwrap
 import threading
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -19,6 +19,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from evoharness_bpe import BPEState, SQLiteExperienceStore
+from evoharness_bpe.actions import MAX_ARGUMENT_DEPTH
+from evoharness_bpe.testing.hostile import NESTED_KINDS, OVERSIZED_KINDS, nested_arguments, oversized
 from evoharness_bpe_langgraph import BPEMiddleware
 from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
 
@@ -154,3 +156,32 @@ def test_recursion_of_garbage_tool_calls_never_escapes() -> None:
     out = create_agent(model, [], middleware=[BPEMiddleware()]).invoke({"messages": [HumanMessage("go")]})
     reply = [m for m in out["messages"] if isinstance(m, ToolMessage)][0]
     assert reply.status == "error" and "text" in reply.text
+
+
+hostile = st.one_of(
+    st.tuples(st.sampled_from(OVERSIZED_KINDS), st.integers(20_001, 1_000_000)).map(lambda p: oversized(*p)),
+    # A chat model's parser (json.loads) refuses deeper objects, so deeper ones arrive as text.
+    st.tuples(st.sampled_from(["top", "in-field"]), st.integers(MAX_ARGUMENT_DEPTH + 1, 150)).map(lambda p: nested_arguments(*p)),
+    st.integers(MAX_ARGUMENT_DEPTH + 1, 9_000).map(lambda n: nested_arguments("json-string", n)),
+)
+
+
+@settings(max_examples=max(30, settings.default.max_examples // 20), deadline=None)  # 500 in the campaign
+@given(name=st.sampled_from(["track", "commit", "recall", "note"]), args=hostile)
+def test_oversized_and_nested_calls_through_create_agent(name, args) -> None:
+    if isinstance(args, str):  # arguments that are not a JSON object arrive as an invalid tool call
+        call = AIMessage("", invalid_tool_calls=[{"name": name, "args": args, "id": "bad", "error": "not JSON", "type": "invalid_tool_call"}])
+    else:
+        call = AIMessage("", tool_calls=[{"name": name, "args": args, "id": "big", "type": "tool_call"}])
+    model = ScriptedChatModel(responses=[ai_tool_call("track", {"key": "seed", "value": "1"}), call, "done"])
+    mw = BPEMiddleware(subgoals=["a"])
+    agent = create_agent(model, [], middleware=[mw])
+    states = list(agent.stream({"messages": [HumanMessage("go")]}, stream_mode="values"))  # must not raise
+    final = states[-1]
+    assert final["messages"][-1].content == "done"
+    reply = [m for m in final["messages"] if isinstance(m, ToolMessage)][-1]
+    assert reply.status == "error" and reply.text.startswith("Error: ") and len(reply.text) < 2_000
+    seeded = next(s["bpe"] for s in states if "seed" in s.get("bpe", {}).get("belief", {}).get("facts", {}))
+    assert BPEState.model_validate(final["bpe"]) == BPEState.model_validate(seeded)
+    events = mw.episode(final["bpe_run"]).events
+    assert events[-1].ok is False and len(events[-1].arguments) <= 2_100
