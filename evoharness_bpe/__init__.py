@@ -25,6 +25,15 @@ from .workspace import ActionResult, EpisodeSummary, Workspace, WorkspaceOptions
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The model consolidator loads on first use, so `import evoharness_bpe` stays small.
+    if name == "ModelConsolidator":
+        from .consolidator import ModelConsolidator
+
+        return ModelConsolidator
+    raise AttributeError(f"module 'evoharness_bpe' has no attribute {name!r}")
+
 __all__ = [
     "Workspace",
     "WorkspaceOptions",
@@ -45,6 +54,7 @@ __all__ = [
     "PostgresExperienceStore",
     "ScoredEntry",
     "ConsolidationPolicy",
+    "ModelConsolidator",
     "NoteOutcome",
     "ToolSpec",
     "META_ACTIONS",

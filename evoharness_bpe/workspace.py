@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +35,9 @@ from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
 from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
+
+if TYPE_CHECKING:  # the model consolidator's module loads only when one is used
+    from .consolidator import ModelConsolidator
 
 __all__ = ["Workspace", "WorkspaceOptions", "ActionResult", "EpisodeSummary", "observed_tool_name"]
 
@@ -129,6 +132,7 @@ class Workspace:
         max_beliefs: int | None = None,
         max_exceptions: int | None = None,
         options: WorkspaceOptions | None = None,
+        consolidator: ModelConsolidator | None = None,
         state: BPEState | None = None,
         recorder: EpisodeRecorder | None = None,
     ) -> None:
@@ -152,6 +156,8 @@ class Workspace:
         self._hint_cache: tuple[str, int, list[ExperienceEntry]] | None = None
         self._notes_written = 0
         self._finished: EpisodeSummary | None = None
+        self.consolidator = consolidator
+        self._consolidation_submitted = 0  # notes of this episode already handed to the consolidator
         if state is not None:
             self._state = state.model_copy(deep=True)
         else:
@@ -324,6 +330,7 @@ class Workspace:
             policy=self.consolidation,
         )
         self._notes_written += 1
+        self._submit_notes(final=False)
         noted = self.state.experience.noted
         if outcome.entry.id not in noted:
             noted.append(outcome.entry.id)
@@ -458,10 +465,22 @@ class Workspace:
         return wrapper  # type: ignore[return-value]
 
     # -- episode end -------------------------------------------------------------------------
+    def _submit_notes(self, *, final: bool) -> None:
+        """Hand this episode's new notes to the model consolidator: every N notes, and at finish."""
+        if self.consolidator is None:
+            return
+        noted = self.state.experience.noted
+        fresh = noted[self._consolidation_submitted:]
+        every = self.consolidator.every_notes
+        if fresh and (final or (every is not None and len(fresh) >= every)):
+            self.consolidator.submit(self.namespace, list(fresh))
+            self._consolidation_submitted = len(noted)
+
     def finish(self, success: bool) -> EpisodeSummary:
         """End the episode: credit (or debit) the lessons recalled during it. Idempotent."""
         if self._finished is None:
             found = credit(self.store, self.namespace, self.state.experience.recalled, success)
+            self._submit_notes(final=True)
             self._finished = EpisodeSummary(success=success, credited=found, ledger=self.ledger.summary())
         return self._finished
 
