@@ -133,6 +133,15 @@ def quiet_third_parties() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if "transformers" in sys.modules:  # already imported: its environment variables were read
+        from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        import datasets  # noqa: PLC0415
+
+        datasets.disable_progress_bars()
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"  # type: ignore[assignment]
