@@ -56,6 +56,7 @@ __all__ = [
     "history_message",
     "approx_prompt_tokens",
     "count_prompt_tokens",
+    "model_call",
 ]
 
 Harness = Literal["none", "append", "bpe"]
@@ -330,3 +331,33 @@ class EpisodeCounters:
             "model_calls": self.model_calls,
             "silent_replies": self.silent_replies,
         }
+
+
+def model_call(
+    policy: Any,
+    system: str,
+    history: list[dict[str, Any]],
+    size: int | None,
+    tools: list[dict[str, Any]],
+    counters: EpisodeCounters,
+    calls: list[Any],
+) -> list[dict[str, Any]] | None:
+    """One model call of an episode loop: the windowed prompt, the reply into `history`, the call
+    into `calls` (a `ModelCall`), the counters updated. Returns the reply's tool calls, or None
+    when the reply had none (the nudge is then in `history`; check ``counters.over``).
+    """
+    import copy  # noqa: PLC0415 - deferred with the trace module, off the import path of the core
+
+    from .trace import ModelCall  # noqa: PLC0415
+
+    prompt = [{"role": "system", "content": system}, *copy.deepcopy(window(history, size))]
+    reply = history_message(policy.complete(copy.deepcopy(prompt), copy.deepcopy(tools)))
+    tokens = counters.prompt(count_prompt_tokens(prompt, tools, policy))
+    calls.append(ModelCall(messages=prompt, response=copy.deepcopy(reply), prompt_tokens=tokens.tokens))
+    history.append(reply)
+    tool_calls = reply.get("tool_calls") or []
+    if not counters.reply(tool_calls):
+        history.append({"role": "user", "content": prompt_text("nudge")})
+        return None
+    return tool_calls
+

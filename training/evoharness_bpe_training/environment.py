@@ -25,13 +25,10 @@ from evoharness_bpe.harness import (
     META_ACTIONS,
     EpisodeCounters,
     SpecStyle,
-    count_prompt_tokens,
     episode_tools,
-    history_message,
     instructions,
-    prompt_text,
+    model_call,
     system_prompt,
-    window,
 )
 from evoharness_bpe.lab.envs.base import Env
 
@@ -259,14 +256,8 @@ def _play(environment: Any, policy: Any, max_steps: int, size: int, base: str | 
     history: list[dict[str, Any]] = [{"role": "user", "content": f"{environment.task}\n\n{environment.observation}"}]
     calls: list[ModelCall] = []
     for _ in range(max_steps):
-        prompt = [{"role": "system", "content": system_prompt("bpe", base, dashboard=ws.dashboard())}, *copy.deepcopy(window(history, size))]
-        reply = history_message(policy.complete(copy.deepcopy(prompt), copy.deepcopy(tools)))
-        tokens = counters.prompt(count_prompt_tokens(prompt, tools, policy))
-        calls.append(ModelCall(messages=prompt, response=copy.deepcopy(reply), prompt_tokens=tokens.tokens))
-        history.append(reply)
-        tool_calls = reply.get("tool_calls") or []
-        if not counters.reply(tool_calls):
-            history.append({"role": "user", "content": prompt_text("nudge")})
+        tool_calls = model_call(policy, system_prompt("bpe", base, dashboard=ws.dashboard()), history, size, tools, counters, calls)
+        if tool_calls is None:
             if counters.over:
                 break
             continue

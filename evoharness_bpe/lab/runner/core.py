@@ -15,7 +15,6 @@ prompt-token counting and counters come from `evoharness_bpe.harness`, shared by
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from typing import Any
@@ -26,13 +25,10 @@ from ..policy import ChatMessage, Policy
 from ...harness import (
     META_ACTIONS,
     EpisodeCounters,
-    count_prompt_tokens,
     episode_tools,
-    history_message,
     instructions,
-    prompt_text,
+    model_call,
     system_prompt,
-    window,
 )
 from ...stores.base import ExperienceStore
 from ...trace import ModelCall, Outcome, Trace
@@ -71,15 +67,8 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
         system = system_prompt(
             harness, config.system_prompt, dashboard=ws.dashboard() if harness == "bpe" else "", memory=memory
         )
-        prompt = [{"role": "system", "content": system}, *copy.deepcopy(window(history, size))]
-        raw = policy.complete(copy.deepcopy(prompt), copy.deepcopy(tools))
-        reply = history_message(raw)
-        n_tokens = counters.prompt(count_prompt_tokens(prompt, tools, policy))
-        calls.append(ModelCall(messages=prompt, response=copy.deepcopy(reply), prompt_tokens=n_tokens.tokens))
-        history.append(reply)
-        tool_calls = reply.get("tool_calls") or []
-        if not counters.reply(tool_calls):
-            history.append({"role": "user", "content": prompt_text("nudge")})
+        tool_calls = model_call(policy, system, history, size, tools, counters, calls)
+        if tool_calls is None:
             if counters.over:
                 break
             continue
