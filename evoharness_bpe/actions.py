@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .exceptions import MetaActionError
+from .exceptions import MetaActionError, UserError
 from .state import SubgoalStatus
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "ARGUMENT_MODELS",
     "parse_arguments",
     "tool_specs",
+    "SPEC_STYLES",
     "MAX_ARGUMENT_CHARS",
     "MAX_ARGUMENT_DEPTH",
     "MAX_RECORDED_CHARS",
@@ -120,23 +121,57 @@ def _inline_schema(model: type[_Args], field_help: dict[str, str]) -> dict[str, 
     }
 
 
+SPEC_STYLES: tuple[str, ...] = ("full", "compact")
+"""How the meta-action specs are written: ``full`` (the default, for frontier models) or
+``compact`` (one-line descriptions for small models: the same names and argument shapes)."""
+
+
+def _compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The same argument shapes with only what a model needs: types, enums, required fields.
+
+    Optional null values are still accepted; limits and defaults stay enforced in
+    `parse_arguments`, which answers with a readable error.
+    """
+    props: dict[str, Any] = {}
+    for name, prop in schema["properties"].items():
+        if "anyOf" in prop:  # X or null
+            small: dict[str, Any] = {"type": next(p["type"] for p in prop["anyOf"] if p.get("type") != "null")}
+        else:
+            small = {"type": prop["type"]}
+        if "enum" in prop:
+            small["enum"] = prop["enum"]
+        if "items" in prop and prop["items"].get("type") != "string":  # arrays of strings by default
+            small["items"] = {"type": prop["items"]["type"]}
+        if prop.get("description"):
+            small["description"] = prop["description"]
+        props[name] = small
+    return {"type": "object", "properties": props, "required": schema["required"]}
+
+
 @cache
-def _specs() -> tuple[ToolSpec, ...]:
-    text = (Path(__file__).parent / "prompts" / "meta_actions.json").read_text("utf-8")
+def _specs(style: str = "full") -> tuple[ToolSpec, ...]:
+    if style not in SPEC_STYLES:
+        raise UserError(f"spec style {style!r} is not available; use one of {', '.join(SPEC_STYLES)}")
+    suffix = "" if style == "full" else f"_{style}"
+    text = (Path(__file__).parent / "prompts" / f"meta_actions{suffix}.json").read_text("utf-8")
     help_text = json.loads(text)
+    shape = _compact_schema if style == "compact" else (lambda schema: schema)
     return tuple(
         ToolSpec(
             name=name,
             description=help_text[name]["description"],
-            parameters=_inline_schema(model, help_text[name]["fields"]),
+            parameters=shape(_inline_schema(model, help_text[name]["fields"])),
         )
         for name, model in ARGUMENT_MODELS.items()
     )
 
 
-def tool_specs() -> list[ToolSpec]:
-    """The four meta-actions as tool specs, in the order track, commit, recall, note."""
-    return [spec.model_copy(deep=True) for spec in _specs()]
+def tool_specs(style: str = "full") -> list[ToolSpec]:
+    """The four meta-actions as tool specs, in the order track, commit, recall, note.
+
+    `style` is ``full`` or ``compact`` (`SPEC_STYLES`); both accept the same arguments.
+    """
+    return [spec.model_copy(deep=True) for spec in _specs(style)]
 
 
 def _expected(name: str) -> str:

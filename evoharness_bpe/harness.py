@@ -110,26 +110,32 @@ def system_prompt(harness: str, base: str | None = None, *, dashboard: str = "",
 
 # -- tools ----------------------------------------------------------------------------------
 def meta_action_tools(style: SpecStyle = "full", names: Sequence[str] = META_ACTIONS) -> list[dict[str, Any]]:
-    """The meta-actions `names` as OpenAI function specs, in the order track, commit, recall, note."""
-    if style == "full":
-        specs = tool_specs()
-    else:
-        try:
-            specs = tool_specs(style=style)  # type: ignore[call-arg]
-        except TypeError:
-            raise UserError(f"spec style {style!r} is not available; use 'full'") from None
-    return [spec.openai() for spec in specs if spec.name in names]
+    """The meta-actions `names` as OpenAI function specs, in the order track, commit, recall, note.
+
+    `style` is ``full`` (the default) or ``compact`` (`evoharness_bpe.actions.SPEC_STYLES`).
+    """
+    return [spec.openai() for spec in tool_specs(style) if spec.name in names]
 
 
 def episode_tools(env: Any, harness: str, *, style: SpecStyle = "full") -> list[dict[str, Any]]:
     """The tools of an episode, in the order every loop offers them: the environment's tools
-    (``env.tools()``, or a list of specs), then the harness's meta-actions (``bpe``: all four;
-    ``append``: ``note``). A name used twice is an error."""
+    (``env.tools(style=...)``, or a list of specs), then the harness's meta-actions (``bpe``: all
+    four; ``append``: ``note``). A name used twice is an error.
+
+    This is the one tool list: traces record it, the SFT ``tools`` column comes from the traces,
+    inference and GRPO rollouts are given it, so the model sees the same order and text in all.
+    An environment's style also selects how it writes its observations (``compact``: shorter).
+    """
     _check(harness)
     if isinstance(env, Sequence):
         env_specs = [dict(spec) for spec in env]
+    elif style == "full":
+        env_specs = list(env.tools())
     else:
-        env_specs = list(env.tools() if style == "full" else env.tools(style=style))
+        try:
+            env_specs = list(env.tools(style=style))
+        except TypeError:  # an environment without styles: its one set of specs
+            env_specs = list(env.tools())
     meta = {"bpe": META_ACTIONS, "append": ("note",), "none": ()}[harness]
     tools = [*env_specs, *meta_action_tools(style, meta)]
     names = [_spec_name(t) for t in tools]
@@ -271,6 +277,8 @@ class EpisodeCounters:
     """Tokens of each model call's prompt."""
     prompt_token_source: str | None = None
     """``exact``, ``approximate``, or ``mixed`` when the counter gave figures only sometimes."""
+    spec_style: SpecStyle = "full"
+    """The tool-spec style the episode was offered (recorded, so training and inference match)."""
 
     @property
     def model_calls(self) -> int:
@@ -330,6 +338,7 @@ class EpisodeCounters:
             "meta_actions_per_call": list(self.meta_per_call),
             "model_calls": self.model_calls,
             "silent_replies": self.silent_replies,
+            "spec_style": self.spec_style,
         }
 
 

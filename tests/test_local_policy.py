@@ -38,3 +38,17 @@ def test_embedded_model_plays_a_short_episode(tmp_path: Path) -> None:
     with TraceWriter(tmp_path / "t.jsonl") as writer:
         writer.write(trace)
     assert next(read_traces(tmp_path / "t.jsonl")).model_calls[0].response == trace.model_calls[0].response
+
+
+def test_prompt_tokens_in_the_trace_are_the_rendered_prompt() -> None:
+    """Every figure counts the prompt the model saw: chat template, tool section and prefill."""
+    from evoharness_bpe.lab.policies import TransformersPolicy
+
+    policy = TransformersPolicy(max_new_tokens=8)
+    env = make_env("crm-migration", 1)
+    trace = run_episode(env, policy, None, EpisodeConfig(harness="bpe", seed=0, max_steps=2))
+    assert trace.metadata["prompt_token_source"] == "exact"
+    assert [c.prompt_tokens for c in trace.model_calls] == policy.prompt_tokens
+    call = trace.model_calls[0]
+    text_only = sum(len(policy.tokenizer(m["content"] or "")["input_ids"]) for m in call.messages)
+    assert call.prompt_tokens > text_only + 500  # the tool section is counted, not only the contents

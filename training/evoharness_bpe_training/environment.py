@@ -133,8 +133,9 @@ def harness_environment(
 
     def __init__(self: Any) -> None:
         self.env = env_factory()
+        episode_tools(self.env, "bpe", style=style)  # the style also sets how it observes
         self.ws: Workspace | None = None
-        self.counters = EpisodeCounters()
+        self.counters = EpisodeCounters(spec_style=style)
         self.done = False
         self.seed = 0
         self.task = self.observation = ""
@@ -147,10 +148,11 @@ def harness_environment(
                 self.env = env_factory(difficulty=int(level))
             except TypeError:
                 self.env.difficulty = int(level)
+            episode_tools(self.env, "bpe", style=style)
         self.seed = int(seed)
         self.task, self.observation = self.env.reset(self.seed)
         self.ws = Workspace(self.task, dashboard_tokens=dashboard_tokens)
-        self.counters = EpisodeCounters()
+        self.counters = EpisodeCounters(spec_style=style)
         self.done = False
 
     def reset(self: Any, seed: int = 0, difficulty: int | None = None, opened: bool = False, **_: Any) -> str | None:

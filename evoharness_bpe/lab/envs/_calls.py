@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...exceptions import UserError
 from .base import StepResult
 
-__all__ = ["parse_call", "invalid", "function_spec", "ToolCallEnv"]
+__all__ = ["parse_call", "invalid", "function_spec", "ToolCallEnv", "ENV_STYLES"]
+
+ENV_STYLES: tuple[str, ...] = ("full", "compact")
 
 
 def function_spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -89,15 +92,31 @@ def parse_call(tool_call: Any, tools: list[dict[str, Any]]) -> tuple[str, dict[s
 class ToolCallEnv:
     """What every built-in environment does with a call before its own logic: count it, check it.
 
-    Subclasses set `_tools` (their OpenAI specs), `steps` and `invalid_actions`.
+    Subclasses set `_tools` (their OpenAI specs), `steps` and `invalid_actions`, and may set
+    `_compact_descriptions` (tool name → one-line description) for the ``compact`` style; the
+    argument schemas are the same in both styles, so a call valid in one is valid in the other.
     """
 
     _tools: list[dict[str, Any]]
+    _compact_descriptions: dict[str, str] = {}
     steps: int
     invalid_actions: int
+    style: str = "full"
+    """How the environment writes tool specs and observations: ``full`` or ``compact``."""
 
-    def tools(self) -> list[dict[str, Any]]:
-        return [dict(t) for t in self._tools]
+    def tools(self, style: str = "full") -> list[dict[str, Any]]:
+        """The tools as OpenAI specs in `style`; the style also applies to later observations."""
+        if style not in ENV_STYLES:
+            raise UserError(f"style must be one of {', '.join(ENV_STYLES)}, not {style!r}")
+        self.style = style
+        specs = [json.loads(json.dumps(t)) for t in self._tools]
+        if style == "compact":
+            for spec in specs:
+                fn = spec["function"]
+                fn["description"] = self._compact_descriptions.get(fn["name"], fn["description"])
+                for prop in fn["parameters"].get("properties", {}).values():
+                    prop.pop("description", None)
+        return specs
 
     def _accept(self, tool_call: Any) -> tuple[str, dict[str, Any]] | StepResult:
         """Count the step and parse the call; a malformed call is counted invalid and answered."""

@@ -38,6 +38,10 @@ class Env(Protocol):
     one call ``{"name": str, "arguments": dict | JSON string}`` and never raises for a malformed
     call (it answers with an observation the model can read, ``info["invalid"] = True``);
     `outcome()` scores the episode so far. The same seed and difficulty give the same episode.
+
+    An environment may also take ``tools(style="compact")``: shorter descriptions with the same
+    argument shapes, and from then on shorter observations, for small models. Traces record the
+    style (``Trace.metadata["spec_style"]``) so training and inference match.
     """
 
     name: str

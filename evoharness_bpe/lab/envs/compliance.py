@@ -44,6 +44,14 @@ class ComplianceReviewEnv(ToolCallEnv):
     """Review 8, 30 or 120 transactions (by difficulty; `transactions` overrides)."""
 
     name = "compliance-review"
+    _compact_descriptions = {
+        "list_transactions": "List a page of transaction ids.",
+        "get_transaction": "Read one transaction.",
+        "check_sanctions": "Is a counterparty sanctioned?",
+        "decide": "Record a transaction's decision.",
+        "escalate": "Escalate a flagged transaction.",
+        "finish": "End the review.",
+    }
 
     def __init__(self, difficulty: int = 1, *, transactions: int | None = None) -> None:
         if difficulty not in TRANSACTIONS_BY_DIFFICULTY:

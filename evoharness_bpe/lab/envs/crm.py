@@ -44,6 +44,13 @@ class CRMMigrationEnv(ToolCallEnv):
     """Migrate N customer records (20, 200 or 2,000 by difficulty; `records` overrides)."""
 
     name = "crm-migration"
+    _compact_descriptions = {
+        "fetch_page": "Read a page of the export (50 record ids).",
+        "submit_batch": "Send batch batch_id (1, 2, … in order) of record ids.",
+        "report_invalid": "Report rejected record ids.",
+        "wait": "Wait seconds (1-60).",
+        "finish": "End the migration.",
+    }
 
     def __init__(self, difficulty: int = 1, *, records: int | None = None, batch_size: int | None = None, fail_rate: float = 0.05) -> None:
         if difficulty not in RECORDS_BY_DIFFICULTY:
@@ -153,8 +160,11 @@ class CRMMigrationEnv(ToolCallEnv):
         if not 1 <= page <= self.pages:
             return invalid(f"page must be between 1 and {self.pages}, not {page}.")
         rows = self.records[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
-        body = {"page": page, "pages": self.pages, "next_page": page + 1 if page < self.pages else None,
-                "records": [{k: r[k] for k in ("id", "key", "email", "phone")} for r in rows]}
+        body: dict[str, Any] = {"page": page, "pages": self.pages, "next_page": page + 1 if page < self.pages else None}
+        if self.style == "compact":  # the ids are what a migration needs; the API checks the fields
+            body["ids"] = [r["id"] for r in rows]
+        else:
+            body["records"] = [{k: r[k] for k in ("id", "key", "email", "phone")} for r in rows]
         return StepResult(observation=json.dumps(body, separators=(",", ":")))
 
     def _submit_batch(self, batch_id: int, record_ids: list[str]) -> StepResult:

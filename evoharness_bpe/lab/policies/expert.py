@@ -113,7 +113,7 @@ class _CRMBrain(_Brain):
         elif name == "wait" and isinstance(body, dict):
             self.wait_needed = 0
         elif name == "fetch_page" and isinstance(body, dict) and body.get("page") == self.next_page:
-            self.queue.extend(r["id"] for r in body["records"])
+            self.queue.extend(body["ids"] if "ids" in body else (r["id"] for r in body["records"]))
             self.next_page += 1
         elif name == "report_invalid" and isinstance(body, dict) and self.to_report:
             self.to_report.pop(0)
@@ -125,12 +125,12 @@ class _CRMBrain(_Brain):
                 self.to_commit.append(f"batch {self.batch_id}")
                 self.batch_id += 1
                 self.last_submit = self.t
-                by_reason: dict[str, list[str]] = {}
-                for rid, reason in body.get("rejected", {}).items():
-                    by_reason.setdefault(reason, []).append(rid)
-                for reason, ids in by_reason.items():
-                    self.to_report.append((ids, reason))
-                    self._pitfall(reason, f"The CRM target API rejects records with a {reason}: report them with report_invalid instead of resending.")
+                rejected: dict[str, str] = body.get("rejected", {})
+                if rejected:  # one report per batch: every rejected id, the reasons joined
+                    reasons = sorted(set(rejected.values()))
+                    self.to_report.append((list(rejected), ", ".join(reasons)))
+                    for reason in reasons:
+                        self._pitfall(reason, f"The CRM target API rejects records with a {reason}: report them with report_invalid instead of resending.")
             elif status == 429:
                 match = re.search(r"every (\d+)s", body.get("error", ""))
                 if match:

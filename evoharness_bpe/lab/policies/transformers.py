@@ -125,6 +125,12 @@ class TransformersPolicy:
         return self.tokenizer.apply_chat_template(_chat(messages, tools), add_generation_prompt=True, tokenize=False,
                                                   **self.chat_template_kwargs)
 
+    def count_prompt_tokens(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> int:
+        """Tokens of the prompt exactly as `complete` renders it: chat template, tool section and
+        prefill, under this policy's tokenizer (what traces and rewards report)."""
+        ids = self.tokenizer(self._prompt_text(messages, tools) + self.prefill, add_special_tokens=False)["input_ids"]
+        return min(len(ids), self.max_prompt_tokens)
+
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
         text_prompt = self._prompt_text(messages, tools) + self.prefill
         ids = self.tokenizer(text_prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]

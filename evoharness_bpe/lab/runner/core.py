@@ -60,7 +60,7 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
     history: list[ChatMessage] = [{"role": "user", "content": f"{task}\n\n{first_observation}"}]
     memory: list[str] = [f"[start] {first_observation}"]
     calls: list[ModelCall] = []
-    counters = EpisodeCounters()
+    counters = EpisodeCounters(spec_style=config.spec_style)
     done = False
 
     for _ in range(config.max_steps):

@@ -169,6 +169,7 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
     task, observation = env.reset(config.seed)
     episode = _Episode()
     offered = episode_tools(env, config.harness, style=config.spec_style)
+    episode.counters.spec_style = config.spec_style
     env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
     tools = env_tools(env, episode, specs=env_specs)
     bpe = (

@@ -92,6 +92,7 @@ async def arun_episode(
     task, observation = env.reset(config.seed)
     episode = _Episode(env)
     offered = episode_tools(env, config.harness, style=config.spec_style)
+    episode.counters.spec_style = config.spec_style
     env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
     tools = [episode.tool(spec) for spec in env_specs]
     workspace: Workspace | None = None
