@@ -52,8 +52,8 @@ def _corpus(extra: Iterable[str]) -> list[str]:
     return texts
 
 
-def build_tiny_tokenizer(vocab_size: int = 1024, extra_texts: Iterable[str] = ()):  # -> PreTrainedTokenizerFast
-    """A byte-level BPE tokenizer with Qwen3's special tokens and chat template."""
+def build_tiny_tokenizer(vocab_size: int = 1024, extra_texts: Iterable[str] = (), *, chat_template: str | None = None):  # -> PreTrainedTokenizerFast
+    """A byte-level BPE tokenizer with Qwen3's special tokens and chat template (or `chat_template`)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -73,7 +73,7 @@ def build_tiny_tokenizer(vocab_size: int = 1024, extra_texts: Iterable[str] = ()
         pad_token="<|endoftext|>",
         additional_special_tokens=list(TINY_SPECIAL_TOKENS[1:]),
     )
-    fast.chat_template = qwen3_chat_template()
+    fast.chat_template = chat_template or qwen3_chat_template()
     return fast
 
 

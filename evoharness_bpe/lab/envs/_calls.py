@@ -114,8 +114,12 @@ class ToolCallEnv:
             for spec in specs:
                 fn = spec["function"]
                 fn["description"] = self._compact_descriptions.get(fn["name"], fn["description"])
-                for prop in fn["parameters"].get("properties", {}).values():
+                params = fn["parameters"]
+                params.pop("additionalProperties", None)  # as the compact meta-action specs
+                for prop in params.get("properties", {}).values():
                     prop.pop("description", None)
+                    if prop.get("items") == {"type": "string"}:
+                        del prop["items"]  # arrays of strings by default
         return specs
 
     def _accept(self, tool_call: Any) -> tuple[str, dict[str, Any]] | StepResult:

@@ -131,6 +131,13 @@ class CRMMigrationEnv(ToolCallEnv):
         self.finished = False
         self.steps = 0
         self.invalid_actions = 0
+        if self.style == "compact":
+            task = (
+                f"Migrate {self.n_records} records ({self.pages} page(s)) with submit_batch: at most {self.batch_size} "
+                "ids a batch, batches numbered 1, 2, 3, … in order. 429: wait retry_after, resend the batch. 503: resend "
+                "it. Report rejected ids with report_invalid. Never resend an applied batch. Then finish."
+            )
+            return task, f"{self.pages} page(s). t={self.clock}s."
         task = (
             f"Migrate all {self.n_records} customer records from the legacy CRM export ({self.pages} page(s) "
             f"of up to {PAGE_SIZE}) to the target API. Send them with submit_batch in batches of at most "

@@ -86,7 +86,7 @@ class _CRMBrain(_Brain):
     def __init__(self, task: str, env: Any) -> None:
         super().__init__(task, env)
         self.pages = int(re.search(r"\((\d+) page", task).group(1))  # type: ignore[union-attr]
-        self.batch_size = int(re.search(r"at most (\d+) record ids", task).group(1))  # type: ignore[union-attr]
+        self.batch_size = int(re.search(r"at most (\d+) (?:record )?ids", task).group(1))  # type: ignore[union-attr]
         self.next_page = 1
         self.queue: list[str] = []
         self.batch_id = 1

@@ -125,14 +125,19 @@ class TransformersPolicy:
         return self.tokenizer.apply_chat_template(_chat(messages, tools), add_generation_prompt=True, tokenize=False,
                                                   **self.chat_template_kwargs)
 
+    def render_prompt(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> str:
+        """The prompt text `complete` generates from: the chat template's rendering of `messages`
+        and `tools`, then the prefill (what GRPO samples from, too)."""
+        return self._prompt_text(messages, tools) + self.prefill
+
     def count_prompt_tokens(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> int:
         """Tokens of the prompt exactly as `complete` renders it: chat template, tool section and
         prefill, under this policy's tokenizer (what traces and rewards report)."""
-        ids = self.tokenizer(self._prompt_text(messages, tools) + self.prefill, add_special_tokens=False)["input_ids"]
+        ids = self.tokenizer(self.render_prompt(messages, tools), add_special_tokens=False)["input_ids"]
         return min(len(ids), self.max_prompt_tokens)
 
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
-        text_prompt = self._prompt_text(messages, tools) + self.prefill
+        text_prompt = self.render_prompt(messages, tools)
         ids = self.tokenizer(text_prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
         if ids.shape[1] > self.max_prompt_tokens:  # keep the newest part; the model cannot read more
             ids = ids[:, -self.max_prompt_tokens :]

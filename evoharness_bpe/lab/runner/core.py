@@ -50,10 +50,10 @@ def _arguments(raw: Any) -> dict[str, Any] | None:
 def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config: EpisodeConfig) -> Trace:
     """Play one episode of `env` with `policy` under `config.harness`; return its trace."""
     started = time.perf_counter()
-    task, first_observation = env.reset(config.seed)
     harness = config.harness
+    tools = episode_tools(env, harness, style=config.spec_style)  # first: the style shapes the task text too
+    task, first_observation = env.reset(config.seed)
     ws = Workspace(task, store=store, namespace=config.namespace, dashboard_tokens=config.dashboard_tokens)
-    tools = episode_tools(env, harness, style=config.spec_style)
     offered = {t["function"]["name"] for t in tools}
     env_names = offered - set(META_ACTIONS)
     size = None if harness == "none" else config.window

@@ -166,9 +166,9 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
         raise UserError(
             "the langgraph runner supports harness 'bpe' and 'none'; run 'append' with framework 'core'"
         )
-    task, observation = env.reset(config.seed)
     episode = _Episode()
     offered = episode_tools(env, config.harness, style=config.spec_style)
+    task, observation = env.reset(config.seed)
     episode.counters.spec_style = config.spec_style
     env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
     tools = env_tools(env, episode, specs=env_specs)

@@ -89,9 +89,9 @@ async def arun_episode(
         raise UserError(
             "the llamaindex runner supports harness 'none' and 'bpe'; run 'append' with framework 'core'"
         )
-    task, observation = env.reset(config.seed)
     episode = _Episode(env)
     offered = episode_tools(env, config.harness, style=config.spec_style)
+    task, observation = env.reset(config.seed)
     episode.counters.spec_style = config.spec_style
     env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
     tools = [episode.tool(spec) for spec in env_specs]

@@ -1,0 +1,167 @@
+"""Step-level cost-aware GRPO: a prompt is one state of an episode, a completion one next action,
+and its reward the cost-aware score of the whole episode when the current policy plays on.
+
+TRL's multi-turn rollouts (`run_grpo`) grow one prompt turn by turn; the harness instead shows
+the model a fresh prompt before every call (the dashboard in the system prompt, only the recent
+window of messages). Here every GRPO sample is exactly such a prompt, rendered as the policy
+renders it at inference, so RL trains on the prompts inference sees:
+
+1. states come from recorded episodes (`Trace.model_calls`): the prompt of call *k*, the seed,
+   and the replies of calls 0…k-1;
+2. TRL's `GRPOTrainer` samples a group of next actions for each state;
+3. the reward of an action replays the episode to that state (the same seed, the recorded
+   replies), applies the action, lets the current policy finish the episode greedily through the
+   core loop, and scores it with `cost_aware_score` (success minus the price of each meta-action
+   call, of harness tokens and of invalid actions).
+
+Within a group only the action differs, so the advantage says what that action (a meta-action,
+or skipping one) did to the episode's outcome and cost: the policy learns to consult its state
+where it pays.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from evoharness_bpe import Trace
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies.toolcalls import parse_tool_calls
+from evoharness_bpe.lab.runner.core import run_episode
+
+from .rewards import CostWeights, RolloutCost, cost_aware_score
+
+__all__ = ["ContinuationPolicy", "state_rows", "episode_cost", "ContinuationReward", "reply_from_text"]
+
+ChatMessage = dict[str, Any]
+
+
+def reply_from_text(text: str, tools: Sequence[dict[str, Any]]) -> ChatMessage:
+    """The assistant message a generated text stands for, parsed as `TransformersPolicy` parses it."""
+    calls = parse_tool_calls(text, {t["function"]["name"] for t in tools})
+    if not calls:
+        return {"role": "assistant", "content": text}
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{n}", "type": "function", "function": c} for n, c in enumerate(calls)]}
+
+
+class ContinuationPolicy:
+    """Replays recorded replies, then answers with `action`, then lets `policy` play on."""
+
+    def __init__(self, replies: Sequence[ChatMessage], action: ChatMessage, policy: Any) -> None:
+        self.script = [dict(r) for r in replies] + [dict(action)]
+        self.policy = policy
+        self.calls = 0
+
+    def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
+        self.calls += 1
+        if self.calls <= len(self.script):
+            return json.loads(json.dumps(self.script[self.calls - 1]))
+        return self.policy.complete(messages, tools)
+
+    def count_prompt_tokens(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> int | None:
+        count = getattr(self.policy, "count_prompt_tokens", None)
+        return count(messages, tools) if count is not None else None
+
+
+def state_rows(traces: Iterable[Trace], render: Callable[[list[ChatMessage], list[dict[str, Any]]], str]) -> list[dict[str, Any]]:
+    """One GRPO row per model call of `traces`: ``prompt`` (the text `render` makes of that call's
+    messages and the episode's tools), ``seed``, ``difficulty``, ``replies`` (JSON of the replies
+    before it), ``env`` and ``position`` (the call's index)."""
+    rows = []
+    for trace in traces:
+        seed = trace.metadata.get("seed")
+        if seed is None:
+            raise UserError(f"trace {trace.episode_id} has no seed in its metadata; record it with the core runner")
+        replies: list[ChatMessage] = []
+        for position, call in enumerate(trace.model_calls):
+            rows.append({
+                "prompt": render(call.messages, trace.tools),
+                "seed": int(seed),
+                "difficulty": int(trace.metadata.get("difficulty") or 1),
+                "replies": json.dumps(replies),
+                "env": trace.env or "",
+                "position": position,
+            })
+            replies = [*replies, call.response]
+    return rows
+
+
+def episode_cost(trace: Trace) -> RolloutCost:
+    """Success and harness use of an episode, from its ledger and counters."""
+    ledger = trace.ledger
+    by_action = {name: tally.calls for name, tally in (ledger.by_action.items() if ledger else ())}
+    return RolloutCost(
+        success=1.0 if trace.outcome.success else 0.0,
+        meta_calls=ledger.meta_action_calls if ledger else 0,
+        harness_tokens=ledger.harness_tokens if ledger else 0,
+        invalid=int(trace.outcome.info.get("invalid_actions", 0)),
+        by_action=by_action,
+    )
+
+
+@contextmanager
+def _inference(model: Any):
+    """The model in eval mode without gradients, its training mode restored afterwards."""
+    import torch
+
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+@dataclass
+class ContinuationReward:
+    """TRL reward function: the cost-aware score of each sampled action's finished episode.
+
+    `make_env(name, difficulty)` builds environments, `policy` plays on after the action (set it
+    once the trainer exists: it wraps the model being trained), `config` is the episode
+    configuration inference uses (harness, window, style), `prefill` the text that started every
+    generated reply. `log` keeps one record per scored action (for curves and reports).
+    """
+
+    make_env: Callable[[str, int], Any]
+    config: EpisodeConfig
+    weights: CostWeights = field(default_factory=CostWeights)
+    prefill: str = ""
+    policy: Any = None
+    log: list[dict[str, Any]] = field(default_factory=list)
+    __name__: str = "continuation_reward"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, seed: Sequence[int],
+                 difficulty: Sequence[int], replies: Sequence[str], env: Sequence[str], trainer_state: Any = None,
+                 **_: Any) -> list[float]:
+        if self.policy is None:
+            raise UserError("ContinuationReward.policy is not set: give it the policy that plays on after each action")
+        step = int(getattr(trainer_state, "global_step", 0))
+        rewards = []
+        model = getattr(self.policy, "model", None)
+        for n, completion in enumerate(completions):
+            text = completion if isinstance(completion, str) else str(completion[0].get("content") or "")
+            environment = self.make_env(env[n], int(difficulty[n]))
+            tools = environment.tools(style=self.config.spec_style)
+            action = reply_from_text(self.prefill + text, tools)
+            player = ContinuationPolicy(json.loads(replies[n]), action, self.policy)
+            if model is not None:
+                with _inference(model):
+                    trace = run_episode(environment, player, None, self.config.model_copy(update={"seed": int(seed[n])}))
+            else:
+                trace = run_episode(environment, player, None, self.config.model_copy(update={"seed": int(seed[n])}))
+            cost = episode_cost(trace)
+            reward = cost_aware_score(cost, self.weights)
+            rewards.append(reward)
+            self.log.append({
+                "step": step, "seed": int(seed[n]), "difficulty": int(difficulty[n]), "reward": reward,
+                "success": cost.success, "meta_calls": cost.meta_calls, "harness_tokens": cost.harness_tokens,
+                "invalid": cost.invalid, "by_action": cost.by_action, "env_steps": int(trace.outcome.info.get("steps", 0)),
+                "action": (action.get("tool_calls") or [{}])[0].get("function", {}).get("name"),
+            })
+        return rewards

@@ -1,0 +1,81 @@
+"""A student trained from scratch: a small Qwen3-architecture model with a tokenizer learnt from
+the traces it will be trained on, and a chat template that keeps the tool section short.
+
+On two CPU cores a step of the embedded SmolLM2-135M costs about a minute at 1,024 tokens, so
+the miniature reproduction trains a model of about a million parameters instead: its
+byte-level BPE vocabulary is fitted to the rendered training rows (ids, tool names and JSON
+keys become few tokens) and its template (`templates/student.jinja`) writes each tool as one
+signature line. Tool calls and results render as Qwen3's, so parsing, TRL's SFT and GRPO and
+`TransformersPolicy` treat it like any Qwen3 model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .tiny import build_tiny_tokenizer
+
+__all__ = ["student_chat_template", "render_rows", "build_student"]
+
+
+def student_chat_template() -> str:
+    """The student's chat template (`templates/student.jinja`)."""
+    return resources.files("evoharness_bpe_training").joinpath("templates/student.jinja").read_text("utf-8")
+
+
+def render_rows(rows: Iterable[dict[str, Any]], tokenizer: Any, **template_kwargs: Any) -> list[str]:
+    """The text of SFT rows (``prompt`` + ``completion`` messages, ``tools`` JSON) under `tokenizer`'s template."""
+    texts = []
+    for row in rows:
+        tools = json.loads(row["tools"]) if isinstance(row["tools"], str) else row["tools"]
+        texts.append(tokenizer.apply_chat_template(row["prompt"] + row["completion"], tools=tools, tokenize=False, **template_kwargs))
+    return texts
+
+
+def build_student(
+    rows: Iterable[dict[str, Any]],
+    *,
+    vocab_size: int = 2048,
+    hidden_size: int = 128,
+    layers: int = 4,
+    seed: int = 0,
+    out_dir: str | os.PathLike[str] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> tuple[Any, Any]:
+    """A random `Qwen3ForCausalLM` and a tokenizer fitted to `rows` (SFT rows as built by
+    `traces_to_sft_dataset`); saved to `out_dir` when given. Returns ``(model, tokenizer)``."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    template = student_chat_template()
+    texts = render_rows(rows, build_tiny_tokenizer(256, chat_template=template), **(template_kwargs or {}))
+    tokenizer = build_tiny_tokenizer(vocab_size, texts, chat_template=template)
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden_size // 4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    return model, tokenizer
