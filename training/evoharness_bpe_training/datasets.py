@@ -120,7 +120,8 @@ def trace_rows(trace: Trace) -> list[dict[str, Any]]:
 
 _VOLATILE_ID = re.compile(
     r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"  # a UUID
-    r"|\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{12,}\b",  # a random hex id: digits and letters, 12+ long
+    r"|\b(?:[0-9a-f]{16}|[0-9a-f]{32})\b"  # uuid4().hex and the 16-character entry ids cut from it
+    r"|\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{12,}\b",  # another random hex id: digits and letters
     re.IGNORECASE,
 )
 
@@ -128,8 +129,8 @@ _VOLATILE_ID = re.compile(
 def row_key(row: dict[str, Any]) -> str:
     """The deduplication key of a row: its prompt, completion and tools with random ids masked.
 
-    Each distinct id (a hex run of 12 or more characters mixing digits and letters, a UUID, a
-    tool-call id) becomes ``<id0>``, ``<id1>`` … in order of first appearance, so two rows that
+    Each distinct id (a UUID, a hex run of 16 or 32 characters, any other hex run of 12 or more
+    characters mixing digits and letters, a tool-call id) becomes ``<id0>``, ``<id1>`` … in order of first appearance, so two rows that
     differ only in the ids an episode drew are one row, and the structure (which result answers
     which call, which note a hint cites) still counts.
     """
