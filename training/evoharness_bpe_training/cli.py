@@ -160,12 +160,12 @@ def _train(phase: str, args: argparse.Namespace) -> int:
     early = _prescan(argv)
     if not early.help:
         get_preset(early.preset)
-        dry = early.dry_run is not None and early.dry_run.lower() in ("true", "1", "yes", "y")
-        _check_out(early.output_dir, "--output-dir", create=not dry)
-        if early.model is not None:
-            _check_model(early.model)
         if early.traces is not None:
             _check_traces(early.traces, phase)
+        if early.model is not None:
+            _check_model(early.model)
+        dry = early.dry_run is not None and early.dry_run.lower() in ("true", "1", "yes", "y")
+        _check_out(early.output_dir, "--output-dir", create=not dry)
     command, config = parse_train_args(phase, argv)
     preset = get_preset(command.preset)
     if command.dry_run:
