@@ -22,7 +22,7 @@ from evoharness_bpe.exceptions import UserError
 
 from .rewards import CostWeights
 
-__all__ = ["CHAT_TEMPLATE_KWARGS", "SFTRecipeConfig", "CostAwareGRPOConfig", "recipe_dict"]
+__all__ = ["CHAT_TEMPLATE_KWARGS", "SFTRecipeConfig", "CostAwareGRPOConfig", "as_recipe", "recipe_dict"]
 
 CHAT_TEMPLATE_KWARGS: dict[str, Any] = {"enable_thinking": False}
 """What the chat template gets when a reply is generated: Qwen3's renders a past reply after an
@@ -193,6 +193,24 @@ class CostAwareGRPOConfig(_HarnessDefaults, GRPOConfig, ModelConfig):
     def grpo_config(self) -> "CostAwareGRPOConfig":
         """This object, a TRL `GRPOConfig` (kept for callers of earlier releases)."""
         return self
+
+
+def as_recipe(config: Any, cls: type) -> Any:
+    """`config` as a `cls` recipe: itself if it is one, else a copy of a plain TRL config.
+
+    The copy keeps every value of `config` (already validated by TRL, which is not run again)
+    and gives the fields `config` lacks, the harness's and the model's, their defaults.
+    """
+    if isinstance(config, cls):
+        return config
+    recipe = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            recipe.__dict__[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            recipe.__dict__[f.name] = f.default_factory()
+    recipe.__dict__.update(vars(config))
+    return recipe
 
 
 def recipe_dict(config: Any, model_config: Any = None) -> dict[str, Any]:

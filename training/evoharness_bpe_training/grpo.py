@@ -21,7 +21,7 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-from .config import CHAT_TEMPLATE_KWARGS, CostAwareGRPOConfig, recipe_dict
+from .config import CHAT_TEMPLATE_KWARGS, CostAwareGRPOConfig, as_recipe, recipe_dict
 
 __all__ = ["CHAT_TEMPLATE_KWARGS", "CostAwareGRPOConfig", "GRPOResult", "run_grpo", "rollout_dataset", "opening_prompt", "render_harness_tools"]
 
@@ -129,7 +129,9 @@ def run_grpo(
 ) -> GRPOResult:
     """Train with cost-aware GRPO; save the adapter (or model), the episode log, metrics and plots.
 
-    `env_factory` (a zero-argument callable returning an `Env`) overrides ``config.environment``.
+    `config` is a `CostAwareGRPOConfig` or any TRL `GRPOConfig` (the harness fields then take
+    their defaults, `as_recipe`). `env_factory` (a zero-argument callable returning an `Env`)
+    overrides ``config.environment``.
     The difficulty of each episode comes from the dataset row, so one run can mix levels. The
     model comes from `model_config` (a TRL `ModelConfig`) when given, else from `config`;
     `peft_config` (any PEFT config, or None for full fine-tuning) replaces its LoRA settings
@@ -144,6 +146,7 @@ def run_grpo(
     from .models import load_model_and_tokenizer
     from .rewards import make_cost_aware_reward
 
+    config = as_recipe(config, CostAwareGRPOConfig)
     if config.use_vllm and importlib.util.find_spec("vllm") is None:
         raise UserError("use_vllm needs vLLM: `pip install 'evoharness-bpe-training[vllm]'` on a GPU machine")
     if env_factory is None:

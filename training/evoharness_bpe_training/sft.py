@@ -23,25 +23,13 @@ from trl import SFTTrainer, get_peft_config
 
 from evoharness_bpe.exceptions import UserError
 
-from .config import SFTRecipeConfig, recipe_dict
+from .config import SFTRecipeConfig, as_recipe, recipe_dict
 
 __all__ = ["SFTRecipeConfig", "SFTResult", "CompletionSafeSFTTrainer", "fit_rows", "run_sft", "load_sft_dataset"]
 
 logger = logging.getLogger(__name__)
 
 _FROM_CONFIG: Any = object()
-
-_HARNESS_DEFAULTS: dict[str, Any] = {
-    "traces": None,
-    "eval_fraction": 0.1,
-    "successful_only": True,
-    "deduplicate": True,
-    "balance_positions": False,
-    "truncation_side": "left",
-    "max_lost_completions": 0.05,
-}
-"""The harness fields, and their values when `run_sft` is given a plain TRL `SFTConfig`."""
-
 
 @dataclass
 class SFTResult:
@@ -185,7 +173,7 @@ def run_sft(
     """Fine-tune on `dataset` (or ``config.traces``); save the adapter or the model, and the metrics.
 
     `config` is an `SFTRecipeConfig` or any TRL `SFTConfig` (the harness fields then take their
-    defaults). The model comes from `model_config` (a TRL `ModelConfig`) when given, else from
+    defaults, `as_recipe`). The model comes from `model_config` (a TRL `ModelConfig`) when given, else from
     `config`'s own ``model_name_or_path``/``dtype``; `peft_config` (any PEFT config, or None for
     full fine-tuning) replaces the LoRA settings of the model config. The adapter lands in
     ``<output_dir>/adapter`` (loadable with `peft.PeftModel.from_pretrained` over the same base
@@ -196,23 +184,22 @@ def run_sft(
     from .callbacks import MetricsFileCallback
     from .models import load_model_and_tokenizer
 
-    harness = {name: getattr(config, name, default) for name, default in _HARNESS_DEFAULTS.items()}
+    config = as_recipe(config, SFTRecipeConfig)
     model_args = model_config if model_config is not None else config
     if peft_config is _FROM_CONFIG:
-        peft_config = get_peft_config(model_args) if hasattr(model_args, "use_peft") else None
+        peft_config = get_peft_config(model_args)
     if dataset is None:
-        if harness["traces"] is None:
+        if config.traces is None:
             raise UserError("no training data: set `traces` (a trace file or folder) or pass `dataset=`")
         dataset = load_sft_dataset(
-            harness["traces"], eval_fraction=harness["eval_fraction"], successful_only=harness["successful_only"],
-            seed=config.seed, deduplicate=harness["deduplicate"], balance_positions=harness["balance_positions"],
+            config.traces, eval_fraction=config.eval_fraction, successful_only=config.successful_only,
+            seed=config.seed, deduplicate=config.deduplicate, balance_positions=config.balance_positions,
         )
     train, evaluation = _splits(dataset)
     if model is None or tokenizer is None:
-        name = getattr(model_args, "model_name_or_path", None)
-        if not name:
+        if not model_args.model_name_or_path:
             raise UserError("no model: set `model_name_or_path` (tiny, smollm2-135m or a folder), pass a ModelConfig, or pass model= and tokenizer=")
-        model, tokenizer = load_model_and_tokenizer(name, dtype=getattr(model_args, "dtype", None) or "float32")
+        model, tokenizer = load_model_and_tokenizer(model_args.model_name_or_path, dtype=model_args.dtype or "float32")
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps(recipe_dict(config, model_config), indent=2, default=str), "utf-8")
@@ -228,8 +215,8 @@ def run_sft(
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[MetricsFileCallback(out / "metrics.jsonl")],
-        truncation_side=harness["truncation_side"],
-        max_lost_completions=harness["max_lost_completions"],
+        truncation_side=config.truncation_side,
+        max_lost_completions=config.max_lost_completions,
     )
     if len(trainer.train_dataset) == 0:
         raise UserError("no training row fits max_length; raise max_length")

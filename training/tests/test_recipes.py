@@ -101,3 +101,32 @@ def test_run_sft_accepts_a_users_own_trl_and_peft_configs(sft_traces, tiny_dir, 
     assert adapter["r"] == 4 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     assert json.loads((tmp_path / "recipe.json").read_text())["model_name_or_path"] == str(tiny_dir)
     assert result.rows["train"]["kept"] == len(dataset["train"])
+
+
+def test_a_plain_trl_config_becomes_a_recipe_with_the_harness_defaults() -> None:
+    from trl import GRPOConfig
+
+    from evoharness_bpe_training.config import CostAwareGRPOConfig, as_recipe
+
+    plain = GRPOConfig(output_dir="runs/x", use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
+                       max_steps=3, weight_decay=0.2)
+    recipe = as_recipe(plain, CostAwareGRPOConfig)
+    assert isinstance(recipe, CostAwareGRPOConfig) and as_recipe(recipe, CostAwareGRPOConfig) is recipe
+    assert recipe.max_steps == 3 and recipe.weight_decay == 0.2 and recipe.generation_batch_size == plain.generation_batch_size
+    assert recipe.difficulty_levels() == [1] and recipe.weights().lam == 0.02 and recipe.environment is None
+
+
+@pytest.mark.slow  # a GRPO step on the tiny model
+def test_run_grpo_accepts_a_users_own_trl_and_peft_configs(tiny_dir, tmp_path, locker_env_cls) -> None:
+    from peft import LoraConfig
+    from trl import GRPOConfig, ModelConfig
+
+    from evoharness_bpe_training.grpo import run_grpo
+
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, use_cpu=True, bf16=False, report_to="none",
+                      per_device_train_batch_size=2, num_generations=2, max_completion_length=24,
+                      max_tool_calling_iterations=1, gradient_checkpointing=False, logging_steps=1)
+    peft = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], task_type="CAUSAL_LM")
+    result = run_grpo(args, ModelConfig(model_name_or_path=str(tiny_dir)), peft_config=peft, env_factory=locker_env_cls, plots=False)
+    assert json.loads((result.adapter_dir / "adapter_config.json").read_text())["r"] == 2
+    assert len(result.episodes) == 2
