@@ -80,6 +80,8 @@ def test_train_refuses_a_model_folder_that_holds_no_model(places, folder: str, w
 
 def test_errors_speak_the_flags(places) -> None:
     _one_line(_cli("export", str(places["failed"]), "--out", str(places["root"] / "export")), "--all")
+    _one_line(_cli("train", "sft", "--traces", str(places["failed"]), "--output-dir", str(places["root"] / "runs")),
+              "--no-successful-only")
     _one_line(_cli("train", "sft", "--output-dir", str(places["root"] / "runs")), "--traces")
     _one_line(_cli("train", "sft", "--traces", str(places["root"] / "nope.jsonl")), "--traces", "does not exist")
     _one_line(_cli("train", "sft", "--preset", "gpt-9"), "unknown preset")
