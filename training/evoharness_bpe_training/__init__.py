@@ -34,9 +34,9 @@ __all__ = [
 _EXPORTS = {
     "traces_to_sft_dataset": "datasets",
     "export_dataset": "datasets",
-    "SFTRecipeConfig": "sft",
+    "SFTRecipeConfig": "config",
     "run_sft": "sft",
-    "CostAwareGRPOConfig": "grpo",
+    "CostAwareGRPOConfig": "config",
     "run_grpo": "grpo",
     "cost_aware_reward": "rewards",
     "CostWeights": "rewards",

@@ -1,53 +1,129 @@
 """The training commands of `evoharness`: ``export``, ``train sft|grpo``, ``consolidate``.
 
 Registered through the ``evoharness.commands`` entry-point group: `register` receives the core
-parser's sub-parsers object. Training flags are generated from the config dataclasses, so every
-field's help text is the flag's help. Also runnable as ``python -m evoharness_bpe_training.cli``
-(what ``accelerate launch`` needs).
+parser's sub-parsers object. ``train sft|grpo`` parse their flags with TRL's own `TrlParser`
+over the recipe configs, so every TRL field is a flag, ``--config FILE.yaml`` reads a recipe,
+and ``--preset NAME`` starts from a shipped one (``configs/recipes/NAME/``); flags override the
+file, which overrides the preset. Also runnable as ``python -m evoharness_bpe_training.cli``
+(what ``accelerate launch`` needs). Flags are checked before the heavy imports where they can be.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import os
 import sys
-import typing
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "add_dataclass_arguments", "main"]
+from evoharness_bpe.exceptions import UserError
+
+__all__ = ["register", "main", "out_dir_problem"]
+
+_TRACES_HELP = "a JSONL trace file, a folder of them, or a folder written by `evoharness export`"
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One ``--flag`` per dataclass field, typed and documented from the field's metadata."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if typing.get_args(hint) else hint
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help", "")
-        if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
+@dataclass
+class CommandArguments:
+    """The flags of ``train sft|grpo`` that are not config fields."""
+
+    preset: str = field(default="tiny", metadata={"help": "Shipped recipe to start from: tiny, smollm2-135m, smollm2-135m-gpu or qwen3-8b."})
+    dry_run: bool = field(default=False, metadata={"help": "Print the resolved config and the launch command; train nothing."})
 
 
-def _overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None}
+class _PassThrough(argparse.ArgumentParser):
+    """A sub-parser that hands its arguments on untouched (TRL's parser reads them later)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001 - argparse's signature
+        namespace = namespace or argparse.Namespace()
+        for key, value in self._defaults.items():
+            setattr(namespace, key, value)
+        namespace.argv = list(args or [])
+        return namespace, []
+
+
+def out_dir_problem(path: str | os.PathLike[str], *, create: bool) -> str | None:
+    """Why `path` cannot be an output folder (None when it can); with `create`, make it."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        return "is a file: pass a folder (it is created if missing)"
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"is under {existing}, which is a file: pass a folder path"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot be written ({existing} is not writable): pass a folder you can write to"
+    if create:
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            probe = target / ".evoharness-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            return f"cannot be written ({exc.strerror or exc}): pass a folder you can write to"
+    return None
+
+
+def _check_out(path: str | None, flag: str, *, create: bool) -> None:
+    if path is None:
+        return
+    problem = out_dir_problem(path, create=create)
+    if problem:
+        raise UserError(f"{flag} {path} {problem}")
+
+
+def _check_model(name: str | None) -> None:
+    from .models import model_folder_problem
+
+    problem = model_folder_problem(name) if name else "is empty"
+    if problem:
+        raise UserError(f"--model {name}: {problem}")
+
+
+def _check_traces(path: str | None, phase: str) -> None:
+    if phase != "sft":
+        return
+    if path is None:
+        raise UserError(f"train sft needs --traces: {_TRACES_HELP}")
+    if not Path(path).exists():
+        raise UserError(f"--traces {path} does not exist: pass {_TRACES_HELP}")
+
+
+def _prescan(argv: list[str]) -> argparse.Namespace:
+    """The flags checked before TRL is imported (a typo there should not cost the import)."""
+    scan = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    scan.add_argument("--preset", default="tiny")
+    scan.add_argument("--output-dir", "--output_dir", dest="output_dir")
+    scan.add_argument("--model", "--model_name_or_path", "--model-name-or-path", dest="model")
+    scan.add_argument("--traces")
+    scan.add_argument("--dry-run", "--dry_run", dest="dry_run", nargs="?", const="true")
+    scan.add_argument("-h", "--help", dest="help", action="store_true")
+    known, _ = scan.parse_known_args(argv)
+    return known
 
 
 def _export(args: argparse.Namespace) -> int:
     from rich.progress import track
 
-    from evoharness_bpe.exceptions import UserError
+    from .datasets import NoTrainingRows, export_dataset, load_traces, traces_to_sft_dataset
 
-    from .datasets import export_dataset, load_traces, traces_to_sft_dataset
-
+    if not Path(args.traces).exists():
+        raise UserError(f"{args.traces} does not exist: pass a JSONL trace file or a folder of them")
+    _check_out(args.out, "--out", create=True)
     traces = [t for t in track(load_traces(args.traces), description="reading traces", transient=True)]
     if not traces:
         raise UserError(f"{args.traces} holds no traces")
-    dataset = traces_to_sft_dataset(traces, successful_only=not args.all, eval_fraction=args.eval_fraction, seed=args.seed)
+    try:
+        dataset = traces_to_sft_dataset(traces, successful_only=not args.all, eval_fraction=args.eval_fraction,
+                                        seed=args.seed, balance_positions=args.balance_positions)
+    except NoTrainingRows:
+        raise UserError(f"no rows: no episode in {args.traces} succeeded (add --all to keep failed episodes) "
+                        "or its traces hold no model calls") from None
     files = export_dataset(dataset, args.out, fmt=args.format)
     for split, ds in dataset.items():
         print(f"{split}: {len(ds)} rows")
@@ -55,46 +131,96 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_sft(args: argparse.Namespace) -> int:
-    from .presets import get_preset
-    from .sft import SFTRecipeConfig, run_sft
+def parse_train_args(phase: str, argv: Sequence[str]) -> tuple[CommandArguments, Any]:
+    """``(command arguments, recipe config)`` of ``train <phase>`` from its flags, preset and ``--config`` file."""
+    from trl import TrlParser
 
-    config = get_preset(args.preset).sft_config(**_overrides(args, SFTRecipeConfig))
-    if args.dry_run:
-        return _print_dry_run(config, config.sft_config(), config.lora_config(), get_preset(args.preset))
-    result = run_sft(config)
-    print(f"adapter: {result.adapter_dir}\nmetrics: {result.output_dir / 'metrics.json'}")
+    from .config import CostAwareGRPOConfig, SFTRecipeConfig
+    from .presets import get_preset
+
+    cls = SFTRecipeConfig if phase == "sft" else CostAwareGRPOConfig
+    argv = list(argv)
+    preset = get_preset(_prescan(argv).preset)
+    parser = TrlParser([CommandArguments, cls], prog=f"evoharness train {phase}",
+                       description=f"{cls.__doc__} Flags override --config, which overrides --preset.")
+    unknown = parser.set_defaults_with_config(**preset.recipe(phase))
+    if unknown:
+        raise UserError(f"preset {preset.name} sets fields that {cls.__name__} lacks: {' '.join(unknown[::2])}")
+    try:
+        command, config = parser.parse_args_and_config(argv)
+    except ValueError as exc:  # TRL's validation, or keys a --config file has and the config lacks
+        raise UserError(str(exc).splitlines()[0]) from None
+    return command, config
+
+
+def _train(phase: str, args: argparse.Namespace) -> int:
+    from .presets import get_preset
+
+    argv = list(args.argv)
+    early = _prescan(argv)
+    if not early.help:
+        get_preset(early.preset)
+        if early.traces is not None:
+            _check_traces(early.traces, phase)
+        if early.model is not None:
+            _check_model(early.model)
+        dry = early.dry_run is not None and early.dry_run.lower() in ("true", "1", "yes", "y")
+        _check_out(early.output_dir, "--output-dir", create=not dry)
+    command, config = parse_train_args(phase, argv)
+    preset = get_preset(command.preset)
+    if command.dry_run:
+        return _print_dry_run(config, preset)
+    _check_model(config.model_name_or_path)
+    _check_out(config.output_dir, "--output-dir", create=True)
+    return _run_sft(config) if phase == "sft" else _run_grpo(config)
+
+
+def _run_sft(config: Any) -> int:
+    from .datasets import NoTrainingRows
+    from .sft import run_sft
+
+    _check_traces(config.traces, "sft")
+    try:
+        result = run_sft(config)
+    except NoTrainingRows:
+        raise UserError(f"no training rows: no episode in --traces {config.traces} succeeded (add "
+                        "--no-successful-only to keep failed episodes) or its traces hold no model calls") from None
+    for split, report in result.rows.items():
+        print(f"{split}: {report['kept']} of {report['rows']} rows trained, {report['prompts_cut']} prompts cut "
+              f"from the {config.truncation_side}, {report['completions_lost']} dropped for lost completion tokens")
+    print(f"{result.adapter_dir.name}: {result.adapter_dir}\nmetrics: {result.output_dir / 'metrics.json'}")
     return 0
 
 
-def _train_grpo(args: argparse.Namespace) -> int:
-    from .grpo import CostAwareGRPOConfig, run_grpo
-    from .presets import get_preset
+def _run_grpo(config: Any) -> int:
+    from .grpo import run_grpo
 
-    config = get_preset(args.preset).grpo_config(**_overrides(args, CostAwareGRPOConfig))
-    if args.dry_run:
-        return _print_dry_run(config, config.grpo_config(), config.lora_config(), get_preset(args.preset))
+    if not config.environment:
+        raise UserError("train grpo needs --env: a built-in environment name (e.g. crm-migration) or package.module:Factory")
     result = run_grpo(config)
     overall = result.metrics["harness"]["overall"] or {}
     print(
-        f"adapter: {result.adapter_dir}\nmetrics: {result.output_dir / 'metrics.json'}\n"
+        f"{result.adapter_dir.name}: {result.adapter_dir}\nmetrics: {result.output_dir / 'metrics.json'}\n"
         f"success {overall.get('success_rate', 0):.2f}, meta-action calls per episode "
         f"{overall.get('meta_calls_per_episode', 0):.2f}"
     )
     return 0
 
 
-def _print_dry_run(recipe: Any, trainer_args: Any, lora: Any, preset: Any) -> int:
+def _print_dry_run(config: Any, preset: Any) -> int:
+    from .config import recipe_dict
+
+    peft = config.peft_config()
     print(json.dumps(
         {
-            "recipe": dataclasses.asdict(recipe),
-            "trainer": {k: v for k, v in trainer_args.to_dict().items() if not k.startswith("_")},
-            "lora": {"r": lora.r, "lora_alpha": lora.lora_alpha, "target_modules": sorted(lora.target_modules) if isinstance(lora.target_modules, set) else lora.target_modules},
+            "preset": preset.name,
+            "recipe": recipe_dict(config),
+            "peft": None if peft is None else {k: v for k, v in peft.to_dict().items() if v not in (None, {}, [])},
             "accelerate_config": preset.accelerate_config,
             "launch": preset.launch,
         },
         indent=2,
-        default=str,
+        default=lambda v: sorted(v) if isinstance(v, set) else str(v),
     ))
     return 0
 
@@ -102,6 +228,7 @@ def _print_dry_run(recipe: Any, trainer_args: Any, lora: Any, preset: Any) -> in
 def _consolidate(args: argparse.Namespace) -> int:
     from .consolidation import TeacherClient, consolidation_dataset
 
+    _check_out(args.out, "--out", create=True)
     teacher = TeacherClient(args.teacher, model=args.model, api_key=args.api_key, timeout=args.timeout)
     dataset = consolidation_dataset(args.traces, teacher, out_dir=args.out, eval_fraction=args.eval_fraction)
     for split, ds in dataset.items():
@@ -112,29 +239,25 @@ def _consolidate(args: argparse.Namespace) -> int:
 
 def register(commands: Any) -> None:
     """Add ``export``, ``train sft|grpo`` and ``consolidate`` to the `evoharness` command."""
-    from .grpo import CostAwareGRPOConfig
-    from .sft import SFTRecipeConfig
-
     export = commands.add_parser("export", help="turn traces into an SFT dataset (parquet or JSONL)")
     export.add_argument("traces", help="a JSONL trace file or a folder of them")
     export.add_argument("--out", required=True, help="output folder (train and eval files)")
     export.add_argument("--format", choices=("parquet", "jsonl"), default="parquet", help="file format")
     export.add_argument("--all", action="store_true", help="keep failed episodes too")
+    export.add_argument("--balance-positions", action="store_true",
+                        help="give every call position as many rows as episodes reaching it")
     export.add_argument("--eval-fraction", type=float, default=0.1, help="share of episodes held out")
     export.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
     export.set_defaults(handler=_export)
 
-    train = commands.add_parser("train", help="harness fine-tuning (sft) and cost-aware RL (grpo)")
-    phases = train.add_subparsers(dest="phase", metavar="PHASE", required=True)
-    for phase, cls, handler, text in (
-        ("sft", SFTRecipeConfig, _train_sft, "phase 1: LoRA fine-tuning on expert traces"),
-        ("grpo", CostAwareGRPOConfig, _train_grpo, "phase 2: cost-aware GRPO in an environment"),
-    ):
-        sub = phases.add_parser(phase, help=text, description=text)
-        sub.add_argument("--preset", default="tiny", help="tiny, smollm2-135m or qwen3-8b (fields below override it)")
-        sub.add_argument("--dry-run", action="store_true", help="print the resolved configs and the launch command; train nothing")
-        add_dataclass_arguments(sub, cls)
-        sub.set_defaults(handler=handler)
+    train = commands.add_parser(
+        "train", help="harness fine-tuning (sft) and cost-aware RL (grpo)",
+        description="Flags are TRL's (see `evoharness train sft --help`); --config FILE.yaml reads a recipe.",
+    )
+    phases = train.add_subparsers(dest="phase", metavar="PHASE", required=True, parser_class=_PassThrough)
+    for phase, text in (("sft", "phase 1: fine-tuning on expert traces"), ("grpo", "phase 2: cost-aware GRPO in an environment")):
+        sub = phases.add_parser(phase, help=text, add_help=False)
+        sub.set_defaults(handler=partial(_train, phase))
 
     consolidate = commands.add_parser("consolidate", help="condense Experience with a teacher model into an SFT dataset")
     consolidate.add_argument("traces", help="a JSONL trace file or a folder of them")

@@ -3,8 +3,15 @@
 One row per model call: ``prompt`` is exactly what the model received (the system message with
 that step's dashboard, then the recent window), ``completion`` is the one assistant message it
 answered with (tool calls carry JSON-string arguments), ``tools`` is the OpenAI tool list as a
-JSON string (TRL's SFT trainer decodes it). Prompt-completion rows make TRL put the loss on the
-assistant's tokens only. Traces from any framework mix freely: they share the core `Trace` format.
+JSON string (TRL's SFT trainer decodes it), ``position`` is the call's index in its episode
+(0: the opening move). Prompt-completion rows make TRL put the loss on the assistant's tokens
+only. Traces from any framework mix freely: they share the core `Trace` format.
+
+Deduplication compares rows with their random ids masked (experience entry ids such as
+``88fef2fa8f7f41e8``, UUIDs, tool-call ids), so re-recorded identical episodes collapse as a
+whole and not only in their opening moves; `balance_positions` then gives every call position
+as many rows as episodes reach it, so the shared opening is not left with one row among
+thousands.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ import hashlib
 import json
 import os
 import random
+import re
+from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,9 +29,23 @@ from typing import Any
 from evoharness_bpe import Trace, read_traces
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["SFT_COLUMNS", "normalize_message", "trace_rows", "traces_to_sft_dataset", "load_traces", "export_dataset"]
+__all__ = [
+    "SFT_COLUMNS",
+    "NoTrainingRows",
+    "normalize_message",
+    "trace_rows",
+    "row_key",
+    "balance_by_position",
+    "traces_to_sft_dataset",
+    "load_traces",
+    "export_dataset",
+]
 
-SFT_COLUMNS: tuple[str, ...] = ("prompt", "completion", "tools", "episode_id", "framework", "env")
+SFT_COLUMNS: tuple[str, ...] = ("prompt", "completion", "tools", "episode_id", "framework", "env", "position")
+
+
+class NoTrainingRows(UserError):
+    """No trace passed the filters, or the traces hold no model calls."""
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -78,7 +101,7 @@ def trace_rows(trace: Trace) -> list[dict[str, Any]]:
     """The SFT rows of one trace (no filtering)."""
     tools = json.dumps(trace.tools, ensure_ascii=False)  # key order kept: it is rendered into the prompt
     rows = []
-    for prompt, response in _calls_of(trace):
+    for position, (prompt, response) in enumerate(_calls_of(trace)):
         if not prompt:
             continue
         rows.append(
@@ -89,14 +112,79 @@ def trace_rows(trace: Trace) -> list[dict[str, Any]]:
                 "episode_id": trace.episode_id,
                 "framework": trace.framework,
                 "env": trace.env or "",
+                "position": position,
             }
         )
     return rows
 
 
-def _row_key(row: dict[str, Any]) -> str:
-    text = json.dumps([row["prompt"], row["completion"], row["tools"]], sort_keys=True, ensure_ascii=False)
+_VOLATILE_ID = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"  # a UUID
+    r"|\b(?:[0-9a-f]{16}|[0-9a-f]{32})\b"  # uuid4().hex and the 16-character entry ids cut from it
+    r"|\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{12,}\b",  # another random hex id: digits and letters
+    re.IGNORECASE,
+)
+
+
+def row_key(row: dict[str, Any]) -> str:
+    """The deduplication key of a row: its prompt, completion and tools with random ids masked.
+
+    Each distinct id (a UUID, a hex run of 16 or 32 characters, any other hex run of 12 or more
+    characters mixing digits and letters, a tool-call id) becomes ``<id0>``, ``<id1>`` … in order of first appearance, so two rows that
+    differ only in the ids an episode drew are one row, and the structure (which result answers
+    which call, which note a hint cites) still counts.
+    """
+    call_ids: dict[str, str] = {}
+
+    def mask_call(value: Any) -> Any:
+        if not value:
+            return value
+        return call_ids.setdefault(str(value), f"<call{len(call_ids)}>")
+
+    messages = []
+    for message in [*row["prompt"], *row["completion"]]:
+        masked = dict(message)
+        if masked.get("tool_calls"):
+            masked["tool_calls"] = [{**call, "id": mask_call(call.get("id"))} for call in masked["tool_calls"]]
+        masked["tool_call_id"] = mask_call(masked.get("tool_call_id"))
+        messages.append(masked)
+    text = json.dumps([messages, row["tools"]], sort_keys=True, ensure_ascii=False)
+    ids: dict[str, str] = {}
+    text = _VOLATILE_ID.sub(lambda m: ids.setdefault(m.group(0).lower(), f"<id{len(ids)}>"), text)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _deduplicated(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    kept = []
+    for row in rows:
+        key = row_key(row)
+        if key not in seen:
+            seen.add(key)
+            kept.append(row)
+    return kept
+
+
+def balance_by_position(rows: list[dict[str, Any]], reached: dict[int, int], *, seed: int = 0) -> list[dict[str, Any]]:
+    """Repeat each call position's rows until it has `reached[position]` of them (one per episode reaching it).
+
+    After deduplication the opening moves, which every episode of a task shares, are one row
+    while later moves keep one row per episode; a policy trained on that rarely learns to open.
+    Distinct rows of a position are cycled (in a seeded order) so each appears as evenly as possible.
+    """
+    by_position: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_position[row["position"]].append(row)
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for position in sorted(by_position):
+        group = by_position[position]
+        target = max(len(group), reached.get(position, len(group)))
+        extra = list(group)
+        rng.shuffle(extra)
+        out.extend(group)
+        out.extend(extra[i % len(extra)] for i in range(target - len(group)))
+    return out
 
 
 def load_traces(sources: Iterable[Trace | str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Trace]:
@@ -127,16 +215,19 @@ def traces_to_sft_dataset(
     *,
     successful_only: bool = True,
     deduplicate: bool = True,
+    balance_positions: bool = False,
     eval_fraction: float = 0.1,
     seed: int = 0,
     harness: str | None = None,
 ):  # -> datasets.DatasetDict
     """Build ``DatasetDict({"train", "eval"})`` of prompt-completion tool-calling rows.
 
-    `successful_only` keeps episodes whose outcome is a success; `deduplicate` drops rows with
-    the same prompt, completion and tools; the split is by episode (all calls of an episode land
-    in the same split), `eval_fraction` of the episodes (at least one when there are two or
-    more) going to ``eval``. `harness` keeps only traces recorded with that harness.
+    `successful_only` keeps episodes whose outcome is a success; `harness` keeps only traces
+    recorded with that harness. The split is by episode (all calls of an episode land in the
+    same split), `eval_fraction` of the episodes (at least one when there are two or more) going
+    to ``eval``. Within each split, `deduplicate` drops rows equal to an earlier one once random
+    ids are masked (`row_key`), and `balance_positions` repeats each call position's rows up to
+    the number of episodes that reach it (`balance_by_position`).
     """
     from datasets import Dataset, DatasetDict
 
@@ -147,18 +238,9 @@ def traces_to_sft_dataset(
         for t in load_traces(traces)
         if (not successful_only or t.outcome.success is True) and (harness is None or t.harness == harness)
     ]
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for trace in kept:
-        for row in trace_rows(trace):
-            if deduplicate:
-                key = _row_key(row)
-                if key in seen:
-                    continue
-                seen.add(key)
-            rows.append(row)
+    rows = [row for trace in kept for row in trace_rows(trace)]
     if not rows:
-        raise UserError(
+        raise NoTrainingRows(
             "no training rows: no trace passed the filters (pass successful_only=False to keep failed "
             "episodes) or the traces hold no model calls"
         )
@@ -168,10 +250,20 @@ def traces_to_sft_dataset(
     if eval_fraction > 0 and len(episodes) >= 2:
         n_eval = min(len(episodes) - 1, max(1, round(eval_fraction * len(episodes))))
     eval_episodes = set(episodes[:n_eval])
-    full = Dataset.from_list(rows)
-    train_idx = [i for i, row in enumerate(rows) if row["episode_id"] not in eval_episodes]
-    eval_idx = [i for i, row in enumerate(rows) if row["episode_id"] in eval_episodes]
-    return DatasetDict({"train": full.select(train_idx), "eval": full.select(eval_idx)})
+    splits = {"train": [r for r in rows if r["episode_id"] not in eval_episodes],
+              "eval": [r for r in rows if r["episode_id"] in eval_episodes]}
+    for name, split in splits.items():
+        reached: dict[int, int] = defaultdict(int)
+        for row in split:
+            reached[row["position"]] += 1
+        if deduplicate:
+            split = _deduplicated(split)
+        if balance_positions:
+            split = balance_by_position(split, reached, seed=seed)
+        splits[name] = split
+    full = Dataset.from_list(splits["train"] + splits["eval"])  # one schema for both splits
+    n_train = len(splits["train"])
+    return DatasetDict({"train": full.select(list(range(n_train))), "eval": full.select(list(range(n_train, len(full))))})
 
 
 def export_dataset(dataset, out_dir: str | os.PathLike[str], *, fmt: str = "parquet") -> list[Path]:

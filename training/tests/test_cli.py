@@ -70,7 +70,7 @@ def test_qwen3_8b_preset_builds_without_a_gpu(capsys) -> None:
     preset = get_preset("qwen3-8b")
     sft = preset.sft_config(model="/models/Qwen3-8B")
     args, lora = sft.sft_config(), sft.lora_config()
-    assert args.bf16 and sft.gradient_checkpointing and lora.target_modules == "all-linear"
+    assert args.bf16 and sft.activation_checkpointing and lora.target_modules == "all-linear" and sft.model_name_or_path == "/models/Qwen3-8B"
     grpo = preset.grpo_config()
     grpo_args = grpo.grpo_config()
     assert grpo_args.use_vllm and grpo_args.vllm_mode == "server" and grpo_args.num_generations == 8
@@ -85,8 +85,6 @@ def test_qwen3_8b_preset_builds_without_a_gpu(capsys) -> None:
 def test_configs_say_what_to_set() -> None:
     with pytest.raises(UserError, match="num_generations"):
         CostAwareGRPOConfig(per_device_train_batch_size=3, num_generations=2)
-    with pytest.raises(UserError, match="vllm_server_base_url"):
-        CostAwareGRPOConfig(use_vllm=True, vllm_mode="server")
     with pytest.raises(UserError, match="difficulties"):
         CostAwareGRPOConfig(difficulties="easy")
     with pytest.raises(UserError, match="max_steps"):
@@ -97,7 +95,7 @@ def test_configs_say_what_to_set() -> None:
         from evoharness_bpe_training.envs import env_factory
 
         env_factory("no-such-env")
-    assert set(PRESETS) == {"tiny", "smollm2-135m", "qwen3-8b"}
+    assert set(PRESETS) == {"tiny", "smollm2-135m", "smollm2-135m-gpu", "qwen3-8b"}
     assert main(["train", "sft", "--preset", "tiny", "--traces", "/nonexistent/traces.jsonl", "--output-dir", "/tmp/x"]) == 1
 
 
@@ -106,7 +104,8 @@ def test_every_config_field_has_help() -> None:
 
     for cls in (SFTRecipeConfig, CostAwareGRPOConfig):
         for f in dataclasses.fields(cls):
-            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
+            if f.init:
+                assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
 
 
 def test_package_import_stays_light() -> None:

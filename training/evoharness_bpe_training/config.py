@@ -1,0 +1,221 @@
+"""The two recipes' configs: TRL's own `SFTConfig` / `GRPOConfig` and `ModelConfig`, plus the harness's fields.
+
+    from evoharness_bpe_training import SFTRecipeConfig, run_sft
+    run_sft(SFTRecipeConfig(output_dir="runs/sft", model_name_or_path="tiny", traces="traces.jsonl"))
+
+Every TRL `TrainingArguments`, `SFTConfig`/`GRPOConfig` and `ModelConfig` field is a field here, so
+any TRL option can be set, from Python, a YAML recipe (``--config``, through `TrlParser`) or the
+command line. The harness adds only what TRL has no notion of: where the traces are and how they
+become rows (SFT), the environment and the reward's prices (GRPO). ``model_name_or_path`` (flag
+``--model``) also takes ``tiny`` and ``smollm2-135m``; LoRA is on unless ``use_peft`` is false.
+"""
+
+# No `from __future__ import annotations`: HfArgumentParser reads the field types at run time.
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig, ModelConfig, SFTConfig, get_peft_config
+
+from evoharness_bpe.exceptions import UserError
+
+from .rewards import CostWeights
+
+__all__ = ["CHAT_TEMPLATE_KWARGS", "SFTRecipeConfig", "CostAwareGRPOConfig", "as_recipe", "recipe_dict"]
+
+CHAT_TEMPLATE_KWARGS: dict[str, Any] = {"enable_thinking": False}
+"""What the chat template gets when a reply is generated: Qwen3's renders a past reply after an
+empty ``<think>`` block, so generation starts after one too (templates without the flag ignore it)."""
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return torch.cuda.is_available() or bool(mps and mps.is_available())
+
+
+def _bf16_supported() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+class _HarnessDefaults:
+    """What both recipes do before TRL validates: CPU when there is no accelerator, bf16 only where supported."""
+
+    def _harness_post_init(self) -> None:
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise UserError(f"max_steps must be positive or -1 (train for num_train_epochs), got {self.max_steps}")
+        if self.max_steps == -1 and self.num_train_epochs <= 0:
+            raise UserError("num_train_epochs must be positive when max_steps is -1")
+        if self.learning_rate <= 0:
+            raise UserError(f"learning_rate must be positive, got {self.learning_rate}")
+        if isinstance(self.lora_target_modules, str) and "," in self.lora_target_modules:
+            self.lora_target_modules = [t.strip() for t in self.lora_target_modules.split(",") if t.strip()]
+        if not _has_accelerator():
+            self.use_cpu = True
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and _bf16_supported()
+        ModelConfig.__post_init__(self)  # TrainingArguments does not chain to the second base
+
+    def peft_config(self):  # -> peft.PeftConfig | None
+        """The PEFT `LoraConfig` of this recipe (TRL's `get_peft_config`), or None with ``use_peft=False``."""
+        return get_peft_config(self)
+
+    def lora_config(self):  # -> peft.PeftConfig | None
+        """Same as `peft_config` (the name of earlier releases)."""
+        return self.peft_config()
+
+
+_MODEL_HELP = "Model: `tiny`, `smollm2-135m`, or a local model folder (config.json and weights, or a .gguf file)."
+_PEFT_HELP = "Train LoRA adapters (the default); `--use-peft false` trains every weight, for small models."
+
+
+@dataclass
+class SFTRecipeConfig(_HarnessDefaults, SFTConfig, ModelConfig):
+    """Phase 1, harness fine-tuning: TRL's `SFTConfig` and `ModelConfig`, plus how traces become rows."""
+
+    model_name_or_path: str | None = field(default="tiny", metadata={"help": _MODEL_HELP, "aliases": ["--model"]})
+    use_peft: bool = field(default=True, metadata={"help": _PEFT_HELP})
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Deprecated by transformers: set `activation_checkpointing`."}
+    )
+    traces: str | None = field(
+        default=None,
+        metadata={"help": "Training data: a JSONL trace file, a folder of them, or a folder written by `evoharness export`."},
+    )
+    eval_fraction: float = field(default=0.1, metadata={"help": "Share of episodes held out for evaluation."})
+    successful_only: bool = field(default=True, metadata={"help": "Train only on episodes that succeeded."})
+    deduplicate: bool = field(
+        default=True,
+        metadata={"help": "Drop repeated rows within a split (compared with random ids such as note ids masked)."},
+    )
+    balance_positions: bool = field(
+        default=False,
+        metadata={"help": "Give every call position (opening move, second move, …) as many rows as episodes reaching it, "
+                          "repeating its distinct rows, so deduplication does not starve the shared opening moves."},
+    )
+    truncation_side: str = field(
+        default="left",
+        metadata={"help": "Where a row longer than `max_length` loses tokens: `left` cuts the prompt's start and keeps "
+                          "the completion; `right` cuts the end (TRL's keep_start). Rows that would lose completion "
+                          "tokens are dropped and counted either way.", "choices": ["left", "right"]},
+    )
+    max_lost_completions: float = field(
+        default=0.05,
+        metadata={"help": "Largest share of a split's rows that may be dropped for losing completion tokens to "
+                          "`max_length`; above it the run refuses and says how long the rows are."},
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise UserError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        if not 0.0 <= self.max_lost_completions <= 1.0:
+            raise UserError(f"max_lost_completions must be in [0, 1], got {self.max_lost_completions}")
+        if self.truncation_side not in ("left", "right"):
+            raise UserError(f"truncation_side must be left or right, not {self.truncation_side!r}")
+        if self.max_length is not None and self.max_length < 1:
+            raise UserError(f"max_length must be at least 1, got {self.max_length}")
+        self._harness_post_init()
+        super().__post_init__()
+
+    def sft_config(self) -> "SFTRecipeConfig":
+        """This object, a TRL `SFTConfig` (kept for callers of earlier releases)."""
+        return self
+
+
+@dataclass
+class CostAwareGRPOConfig(_HarnessDefaults, GRPOConfig, ModelConfig):
+    """Phase 2, cost-aware RL: TRL's `GRPOConfig` and `ModelConfig`, plus the environment and the reward's prices."""
+
+    model_name_or_path: str | None = field(default="tiny", metadata={"help": _MODEL_HELP, "aliases": ["--model"]})
+    use_peft: bool = field(default=True, metadata={"help": _PEFT_HELP + " Ignored with `adapter`."})
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Deprecated by transformers: set `activation_checkpointing`."}
+    )
+    chat_template_kwargs: dict | None = field(
+        default_factory=lambda: dict(CHAT_TEMPLATE_KWARGS),
+        metadata={"help": "Extra chat-template arguments of rollouts; the default opens replies after the empty think "
+                          "block fine-tuning rendered."},
+    )
+    adapter: str | None = field(default=None, metadata={"help": "LoRA adapter from `train sft` to start from (trained further)."})
+    environment: str | None = field(
+        default=None,
+        metadata={"help": "Environment: a registered name or `package.module:Factory`.", "aliases": ["--env"]},
+    )
+    difficulties: str = field(default="1", metadata={"help": "Comma-separated difficulties to sample episodes from."})
+    seeds: int = field(default=64, metadata={"help": "Training episodes (seeds 0..N-1) per difficulty."})
+    lam: float = field(default=0.02, metadata={"help": "λ: price of one meta-action call, in reward units."})
+    mu: float = field(default=0.0005, metadata={"help": "μ: price of one token the meta-actions and dashboards added."})
+    invalid_penalty: float = field(default=0.1, metadata={"help": "Price of one invalid action (refused or malformed call)."})
+    charge_on_success_only: bool = field(default=False, metadata={"help": "Charge λ and μ only on successful rollouts."})
+    refresh_dashboard: bool = field(default=True, metadata={"help": "Show the updated dashboard after each environment step."})
+    dashboard_tokens: int = field(default=600, metadata={"help": "Dashboard token budget."})
+
+    def __post_init__(self) -> None:
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "seeds",
+                     "dashboard_tokens"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise UserError("num_generations must be at least 2: GRPO compares rollouts within a group")
+        if self.generation_batch_size is None and self.steps_per_generation is None and (
+            self.per_device_train_batch_size * self.gradient_accumulation_steps
+        ) % self.num_generations:
+            raise UserError(
+                f"per_device_train_batch_size × gradient_accumulation_steps "
+                f"({self.per_device_train_batch_size}×{self.gradient_accumulation_steps}) must be a multiple of "
+                f"num_generations ({self.num_generations})"
+            )
+        if self.temperature <= 0:
+            raise UserError(f"temperature must be positive, got {self.temperature}")
+        self.difficulty_levels()
+        self.weights()
+        self._harness_post_init()
+        super().__post_init__()
+
+    def difficulty_levels(self) -> list[int]:
+        """The difficulties as integers."""
+        try:
+            levels = [int(x) for x in str(self.difficulties).split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"difficulties must be comma-separated integers such as '1,2,3', not {self.difficulties!r}") from None
+        if not levels:
+            raise UserError("difficulties must name at least one level, e.g. '1'")
+        return levels
+
+    def weights(self) -> CostWeights:
+        """The reward's prices."""
+        return CostWeights(lam=self.lam, mu=self.mu, invalid_penalty=self.invalid_penalty, charge_on_success_only=self.charge_on_success_only)
+
+    def grpo_config(self) -> "CostAwareGRPOConfig":
+        """This object, a TRL `GRPOConfig` (kept for callers of earlier releases)."""
+        return self
+
+
+def as_recipe(config: Any, cls: type) -> Any:
+    """`config` as a `cls` recipe: itself if it is one, else a copy of a plain TRL config.
+
+    The copy keeps every value of `config` (already validated by TRL, which is not run again)
+    and gives the fields `config` lacks, the harness's and the model's, their defaults.
+    """
+    if isinstance(config, cls):
+        return config
+    recipe = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            recipe.__dict__[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            recipe.__dict__[f.name] = f.default_factory()
+    recipe.__dict__.update(vars(config))
+    return recipe
+
+
+def recipe_dict(config: Any, model_config: Any = None) -> dict[str, Any]:
+    """Every field of a recipe (and of a separate `ModelConfig`) as JSON-ready values, tokens masked."""
+    values = config.to_dict() if hasattr(config, "to_dict") else dataclasses.asdict(config)
+    if model_config is not None:
+        values.update({f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)})
+    return values
