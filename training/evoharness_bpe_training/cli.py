@@ -1,4 +1,4 @@
-"""The training commands of `evoharness`: ``export``, ``train sft|grpo``, ``consolidate``.
+"""The training commands of `evoharness`: ``export`` and ``train sft|grpo`` (``consolidate`` is a core command).
 
 Registered through the ``evoharness.commands`` entry-point group: `register` receives the core
 parser's sub-parsers object. Training flags are generated from the config dataclasses, so every
@@ -99,19 +99,8 @@ def _print_dry_run(recipe: Any, trainer_args: Any, lora: Any, preset: Any) -> in
     return 0
 
 
-def _consolidate(args: argparse.Namespace) -> int:
-    from .consolidation import TeacherClient, consolidation_dataset
-
-    teacher = TeacherClient(args.teacher, model=args.model, api_key=args.api_key, timeout=args.timeout)
-    dataset = consolidation_dataset(args.traces, teacher, out_dir=args.out, eval_fraction=args.eval_fraction)
-    for split, ds in dataset.items():
-        print(f"{split}: {len(ds)} rows")
-    print(f"wrote {args.out}")
-    return 0
-
-
 def register(commands: Any) -> None:
-    """Add ``export``, ``train sft|grpo`` and ``consolidate`` to the `evoharness` command."""
+    """Add ``export`` and ``train sft|grpo`` to the `evoharness` command."""
     from .grpo import CostAwareGRPOConfig
     from .sft import SFTRecipeConfig
 
@@ -135,16 +124,6 @@ def register(commands: Any) -> None:
         sub.add_argument("--dry-run", action="store_true", help="print the resolved configs and the launch command; train nothing")
         add_dataclass_arguments(sub, cls)
         sub.set_defaults(handler=handler)
-
-    consolidate = commands.add_parser("consolidate", help="condense Experience with a teacher model into an SFT dataset")
-    consolidate.add_argument("traces", help="a JSONL trace file or a folder of them")
-    consolidate.add_argument("--teacher", required=True, help="base URL of an OpenAI-compatible server (…/v1)")
-    consolidate.add_argument("--model", default="teacher", help="model name sent to the teacher")
-    consolidate.add_argument("--api-key", default=None, help="bearer token for the teacher, if it needs one")
-    consolidate.add_argument("--timeout", type=float, default=120.0, help="seconds per teacher request")
-    consolidate.add_argument("--out", required=True, help="output folder (train and eval parquet)")
-    consolidate.add_argument("--eval-fraction", type=float, default=0.1, help="share of pairs held out")
-    consolidate.set_defaults(handler=_consolidate)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
