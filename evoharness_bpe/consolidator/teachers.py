@@ -38,8 +38,9 @@ def as_teacher(model: Any) -> Teacher:
 
 def _langchain_text(reply: Any) -> str:
     text = getattr(reply, "text", None)  # the text blocks of any provider's content format
-    text = text() if callable(text) else text
-    return text if isinstance(text, str) else str(reply.content)
+    if isinstance(text, str):  # a property in langchain-core 1.x (a method before)
+        return str(text)
+    return str(text()) if callable(text) else str(reply.content)
 
 
 class OpenAITeacher:
