@@ -28,13 +28,15 @@ Request = tuple[list[dict[str, str]], set[str], set[str]]
 class TeacherError(ModelCallError):
     """The teacher did not answer (an error or a timeout on every attempt).
 
-    `unreachable` is True when the last attempt could not connect at all.
+    `unreachable` is True when the last attempt could not connect at all, `stopped` when the
+    caller was closed before an answer came (the request was not really refused).
     """
 
-    def __init__(self, message: str, *, attempts: int, unreachable: bool = False) -> None:
+    def __init__(self, message: str, *, attempts: int, unreachable: bool = False, stopped: bool = False) -> None:
         super().__init__(message)
         self.attempts = attempts
         self.unreachable = unreachable
+        self.stopped = stopped
 
 
 def build_request(store: ExperienceStore, namespace: Namespace, note_ids: list[str] | tuple[str, ...], related: int) -> Request | None:
@@ -96,6 +98,8 @@ class TeacherCaller:
         """The teacher's answer; `TeacherError` once every attempt failed."""
         attempts = self.retries + 1
         for attempt in range(1, attempts + 1):
+            if self.stop.is_set():
+                raise TeacherError("the consolidator was closed before the teacher answered", attempts=attempt - 1, stopped=True)
             try:
                 return self._pool.submit(self.teacher, messages).result(timeout=self.timeout)
             except FutureTimeout:
@@ -110,7 +114,7 @@ class TeacherCaller:
             if self.on_retry is not None:
                 self.on_retry(attempt, delay, error)
             if self.stop.wait(delay):
-                break
+                raise TeacherError("the consolidator was closed before the teacher answered", attempts=attempt, stopped=True)
         raise TeacherError(f"{type(error).__name__}: {error}"[:500], attempts=attempt, unreachable=is_unreachable(error)) from error
 
     def close(self) -> None:

@@ -110,7 +110,7 @@ class ModelConsolidator:
                 while job is None and not self._closing:
                     self._wake.wait()
                     job = self.journal.next()
-                if job is None:
+                if job is None or self._closing:  # closed: what is left stays in the journal
                     return
                 self._busy = True
             try:
@@ -125,7 +125,7 @@ class ModelConsolidator:
                     self._wake.notify_all()
 
     def run_job(self, job: Job) -> str:
-        """Process one job now (the worker's step); returns its final status."""
+        """Process one job now (the worker's step); returns its status (``pending`` when closed meanwhile)."""
         if job.status == "decided" and job.decisions is not None:
             batch = DecisionBatch.model_validate_json(job.decisions)
         else:
@@ -137,6 +137,8 @@ class ModelConsolidator:
             try:
                 batch = validate_decisions(parse_decisions(self._calls(messages)), notes, shown)
             except TeacherError as exc:  # no answer on any attempt: the rules stand
+                if exc.stopped:  # closed meanwhile: the job stays pending for the next start
+                    return "pending"
                 return self._fallback(job, f"the teacher failed {exc.attempts} time(s): {exc}")
             except DecisionError as exc:
                 return self._fallback(job, str(exc))

@@ -105,8 +105,14 @@ class WorkspaceAdapter:
         consolidator: Any | None = None,
         **workspace_options: Any,
     ) -> None:
-        if consolidator is not None and not callable(getattr(consolidator, "submit", None)):
-            raise UserError(f"consolidator must be an evoharness_bpe.ModelConsolidator, not {type(consolidator).__name__}")
+        if consolidator is not None:
+            if not callable(getattr(consolidator, "submit", None)):
+                raise UserError(f"consolidator must be an evoharness_bpe.ModelConsolidator, not {type(consolidator).__name__}")
+            if store is None:
+                store = consolidator.store  # the store the teacher's decisions are applied to
+            elif store is not consolidator.store and getattr(consolidator.store, "store", None) is not store:
+                raise UserError("the consolidator works on another store than this agent's: build it on the same "
+                                "store (ModelConsolidator(teacher, store)), or leave store= out to use the consolidator's")
         self.consolidator = consolidator
         if not callable(namespace):
             namespace = validate_namespace(namespace)

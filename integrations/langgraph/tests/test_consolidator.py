@@ -121,3 +121,15 @@ def test_a_langchain_chat_model_is_a_teacher() -> None:
 def test_a_consolidator_that_is_not_one_is_refused() -> None:
     with pytest.raises(UserError, match="ModelConsolidator"):
         BPEMiddleware(consolidator="teacher")
+
+
+def test_the_agent_uses_the_consolidators_store_and_refuses_another() -> None:
+    store, teacher = MemoryExperienceStore(), Teacher()
+    with ModelConsolidator(teacher, store) as consolidator:
+        model = ScriptedChatModel(responses=[ai_tool_call("note", {"text": "Totals are in cents"}), "Done."])
+        agent = create_agent(model, [], middleware=[BPEMiddleware(namespace=NS, consolidator=consolidator)])
+        agent.invoke({"messages": [HumanMessage("Sum up")]})     # no store=: the consolidator's
+        assert consolidator.flush(timeout=30)
+        with pytest.raises(UserError, match="same store"):
+            BPEMiddleware(store=MemoryExperienceStore(), consolidator=consolidator)
+    assert _procedures(store) == ["Procedure: Totals are in cents"]

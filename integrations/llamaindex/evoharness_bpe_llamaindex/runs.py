@@ -169,8 +169,14 @@ class RunBinding:
         consolidator: ModelConsolidator | None = None,
         **workspace_options: Any,
     ) -> None:
-        if consolidator is not None and not callable(getattr(consolidator, "submit", None)):
-            raise UserError(f"consolidator must be an evoharness_bpe.ModelConsolidator, not {type(consolidator).__name__}")
+        if consolidator is not None:
+            if not callable(getattr(consolidator, "submit", None)):
+                raise UserError(f"consolidator must be an evoharness_bpe.ModelConsolidator, not {type(consolidator).__name__}")
+            if store is None:
+                store = consolidator.store  # the store the teacher's decisions are applied to
+            elif store is not consolidator.store:
+                raise UserError("the consolidator works on another store than this agent's: build it on the same "
+                                "store (ModelConsolidator(teacher, store)), or leave store= out to use the consolidator's")
         if store is not None and not isinstance(store, ExperienceStore):
             raise UserError(f"store must be an evoharness_bpe ExperienceStore, not {type(store).__name__}")
         if not callable(namespace):

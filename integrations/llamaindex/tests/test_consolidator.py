@@ -138,3 +138,14 @@ def test_a_llamaindex_llm_is_a_teacher() -> None:
 def test_a_consolidator_that_is_not_one_is_refused() -> None:
     with pytest.raises(UserError, match="ModelConsolidator"):
         _agent(MemoryExperienceStore(), "teacher", [])
+
+
+def test_the_agent_uses_the_consolidators_store_and_refuses_another() -> None:
+    store, teacher = MemoryExperienceStore(), Teacher()
+    with ModelConsolidator(teacher, store) as consolidator:
+        llm = ScriptedLLM([[("note", {"text": "Totals are in cents"})], "Done."])
+        _run(with_bpe(FunctionAgent(tools=[], llm=llm), namespace=NS, consolidator=consolidator), "Sum up")  # no store=
+        assert consolidator.flush(timeout=30)
+        with pytest.raises(UserError, match="same store"):
+            _agent(MemoryExperienceStore(), consolidator, [])
+    assert _procedures(store) == ["Procedure: Totals are in cents"]
