@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from evoharness_bpe import BPEState, ExperienceEntry, MemoryExperienceStore, ModelConsolidator
+from evoharness_bpe.consolidator.testing import ScriptedTeacher as Teacher
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe_langgraph import BPEMiddleware
 from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
@@ -17,20 +18,6 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 NS = ("acme", "crm")
-
-
-class Teacher:
-    """Distils each note into a procedure; waits for `gate` first when one is given."""
-
-    def __init__(self, gate: threading.Event | None = None) -> None:
-        self.gate, self.requests = gate, []
-
-    def __call__(self, messages: list[dict[str, str]]) -> str:
-        if self.gate is not None:
-            self.gate.wait(30)
-        notes = json.loads(messages[-1]["content"])["notes"]
-        self.requests.append([n["text"] for n in notes])
-        return json.dumps({"decisions": [{"op": "add", "text": f"Procedure: {n['text']}", "kind": "procedure"} for n in notes]})
 
 
 def _agent(store, consolidator, notes: list[str], **options: Any):
@@ -59,7 +46,7 @@ def test_each_run_hands_its_notes_over_once_when_it_ends() -> None:
 
 def test_the_answer_does_not_wait_for_the_teacher() -> None:
     store, gate = MemoryExperienceStore(), threading.Event()
-    teacher = Teacher(gate)
+    teacher = Teacher(gate=gate)
     with ModelConsolidator(teacher, store) as consolidator:
         agent, _ = _agent(store, consolidator, ["Uploads fail on weekends"])
         out = agent.invoke({"messages": [HumanMessage("Upload")]}, {"configurable": {"thread_id": "a"}})
