@@ -71,3 +71,16 @@ def test_close_without_waiting_leaves_the_queue_for_the_next_start(tmp_path: Pat
         assert again.flush(timeout=30)
         counts = again.journal.counts()
     assert counts == {"done": 3}                                  # none left to the rules by the shutdown
+
+
+def test_a_workspace_uses_the_consolidators_store_and_refuses_another() -> None:
+    import pytest
+
+    from evoharness_bpe.exceptions import UserError
+
+    store = MemoryExperienceStore()
+    with ModelConsolidator(_keep, store) as consolidator:
+        ws = Workspace("Task", namespace=NS, consolidator=consolidator)
+        assert ws.store is store
+        with pytest.raises(UserError, match="same store"):
+            Workspace("Task", store=MemoryExperienceStore(), namespace=NS, consolidator=consolidator)
