@@ -120,3 +120,33 @@ def test_the_agent_uses_the_consolidators_store_and_refuses_another() -> None:
         with pytest.raises(UserError, match="same store"):
             BPEMiddleware(store=MemoryExperienceStore(), consolidator=consolidator)
     assert _procedures(store) == ["Procedure: Totals are in cents"]
+
+
+def test_a_hand_built_state_graph_with_bpe_node(lookup_tool) -> None:
+    from evoharness_bpe_langgraph import BPEGraphState, BPENode, bpe_tools, with_dashboard
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    class State(MessagesState, BPEGraphState):
+        pass
+
+    store, teacher = MemoryExperienceStore(), Teacher()
+    with ModelConsolidator(teacher, store) as consolidator:
+        node = BPENode(namespace=NS, consolidator=consolidator)
+        model = ScriptedChatModel(responses=[ai_tool_call("note", {"text": "Hotels need a passport number"}), "Booked."])
+        bound = model.bind_tools(bpe_tools(node) + [lookup_tool])
+        graph = StateGraph(State)
+        graph.add_node("bpe", node)
+        graph.add_node("model", lambda state: {"messages": [bound.invoke(with_dashboard(state, state["messages"], "Book."))]})
+        graph.add_node("tools", ToolNode(bpe_tools(node) + [lookup_tool], wrap_tool_call=node.wrap_tool_call))
+        graph.add_node("finish", node.finish)
+        graph.add_edge(START, "bpe")
+        graph.add_edge("bpe", "model")
+        graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: "finish"})
+        graph.add_edge("tools", "bpe")
+        graph.add_edge("finish", END)
+        graph.compile(checkpointer=InMemorySaver()).invoke({"messages": [HumanMessage("Book a hotel")]},
+                                                           {"configurable": {"thread_id": "g"}})
+        assert consolidator.flush(timeout=30)
+    assert teacher.requests == [["Hotels need a passport number"]]
+    assert _procedures(store) == ["Procedure: Hotels need a passport number"]
