@@ -1,7 +1,8 @@
 """`evoharness consolidate`: the consolidator's offline batch, against a loopback OpenAI-compatible teacher.
 
 Incremental (each pair appended as it finishes), retried with backoff, resumable after a failure
-or a kill -9: no pair lost, none duplicated.
+or a kill -9: no pair lost, none duplicated. The command's teacher is `OpenAITeacher` (the
+``openai`` SDK, installed with the dev requirements).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from evoharness_bpe import TraceWriter, Workspace
 from evoharness_bpe.consolidator import ConsolidationFailed, consolidate_traces
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.cli import main
-
-pytest.importorskip("openai")
 
 TOPICS = ["phone formats", "rate limits", "weekend maintenance", "duplicate emails", "currency rounding", "time zones"]
 
