@@ -115,7 +115,8 @@ def test_a_500_on_request_4_loses_no_pair(teacher: Teacher, traces: Path, tmp_pa
     assert teacher.requests == len(TOPICS) + 1                          # the failed request was asked again
     row = pairs[0]
     assert row["prompt"][0]["role"] == "system" and json.loads(row["completion"][0]["content"])["decisions"][0]["op"] == "keep"
-    assert f"{len(TOPICS)} new pair(s)" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert f"{len(TOPICS)} new pair(s)" in captured.out and captured.err.count(": written") == len(TOPICS)
 
 
 def test_retries_run_out_then_resume_finishes_without_duplicates(teacher: Teacher, traces: Path, tmp_path: Path, capsys) -> None:

@@ -89,13 +89,15 @@ def consolidate_traces(
     backoff: float = 1.0,
     timeout: float = 120.0,
     on_retry: Callable[[str, int, float, BaseException], None] | None = None,
+    on_done: Callable[[str, str], None] | None = None,
 ) -> BatchResult:
     """Ask `teacher` to consolidate each trace's notes; append each pair to ``out/consolidation.jsonl``.
 
     `teacher` is anything `as_teacher` takes (a callable, a LangChain chat model, a LlamaIndex
     LLM, an `OpenAITeacher`). `traces` are `Trace` objects, a JSONL file or a folder of them.
     An existing dataset needs `resume` (continue it) or `overwrite` (start again).
-    `on_retry(episode_id, attempt, delay, error)` is told of each retry.
+    `on_retry(episode_id, attempt, delay, error)` is told of each retry, `on_done(episode_id,
+    outcome)` of each episode finished (``written``, or ``rejected: reason``).
     """
     if retries < 0 or backoff < 0 or timeout <= 0:
         raise UserError("retries must be at least 0, backoff not negative and timeout positive")
@@ -130,11 +132,15 @@ def consolidate_traces(
             except DecisionError as exc:
                 append_row(rejected_path, {"episode_id": trace.episode_id, "reason": str(exc)[:500], "answer": str(raw)[:2_000]})
                 result.rejected += 1
+                outcome = f"rejected: {str(exc)[:200]}"
             else:
                 append_row(result.dataset, {"prompt": messages, "completion": [{"role": "assistant", "content": decided}],
                                             "episode_id": trace.episode_id})
                 result.written += 1
+                outcome = "written"
             done.add(trace.episode_id)
+            if on_done is not None:
+                on_done(trace.episode_id, outcome)
     finally:
         caller.close()
     return result

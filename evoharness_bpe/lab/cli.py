@@ -103,10 +103,13 @@ def _consolidate(args: argparse.Namespace) -> int:
         print(f"evoharness: teacher failed on episode {episode[:12]} ({type(error).__name__}: {str(error)[:120]}); "
               f"retry {attempt} of {args.retries} in {delay:g} s", file=sys.stderr)
 
+    def done(episode: str, outcome: str) -> None:
+        print(f"evoharness: episode {episode[:12]}: {outcome}", file=sys.stderr, flush=True)
+
     try:
         result = consolidate_traces(args.traces, teacher, args.out, resume=args.resume, overwrite=args.overwrite,
                                     retries=args.retries, backoff=args.backoff, timeout=args.timeout + 5,
-                                    on_retry=retrying)
+                                    on_retry=retrying, on_done=done)
     except ConsolidationFailed as exc:
         kept = exc.result.total
         hint = (f"is the teacher running at {args.base_url}? Start it, or pass the --base-url of a running "
