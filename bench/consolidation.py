@@ -103,12 +103,10 @@ def finish_latency(episodes: int = 20) -> None:
     import statistics
     import time
 
-    def slow(messages: list[dict[str, str]]) -> str:
-        time.sleep(2.0)
-        return '{"decisions": []}'
+    slow = _slow_teacher
 
     def run(consolidator: ModelConsolidator | None) -> list[float]:
-        store, times = MemoryExperienceStore(), []
+        store, times = consolidator.store if consolidator else MemoryExperienceStore(), []
         for i in range(episodes):
             ws = Workspace(f"task {i}", store=store, namespace=NS, consolidator=consolidator)
             ws.act("note", {"text": f"lesson {i}: check topic {i} before upload"})
@@ -126,6 +124,111 @@ def finish_latency(episodes: int = 20) -> None:
           f"({statistics.median(with_teacher) / max(statistics.median(plain), 1e-6):.2f}x)")
 
 
+def _slow_teacher(messages: list[dict[str, str]]) -> str:
+    import time
+
+    time.sleep(2.0)
+    return '{"decisions": []}'
+
+
+def agent_latency(runs: int = 10) -> None:
+    """A whole agent run (three model calls, one note) with and without a 2 s teacher, both frameworks."""
+    import asyncio
+    import statistics
+    import time
+
+    def timed(run_once: Any) -> float:
+        times = []
+        for i in range(runs):
+            start = time.perf_counter()
+            run_once(i)
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+    def langgraph(consolidator: ModelConsolidator | None, store: MemoryExperienceStore) -> float:
+        from evoharness_bpe_langgraph import BPEMiddleware
+        from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
+        from langchain.agents import create_agent
+        from langchain_core.messages import HumanMessage
+
+
+        def once(i: int) -> None:
+            model = ScriptedChatModel(responses=[ai_tool_call("track", {"key": "k", "value": "v"}),
+                                                 ai_tool_call("note", {"text": f"lesson {i}: check topic {i} first"}), "done"])
+            mw = BPEMiddleware(store=store, namespace=NS, consolidator=consolidator)
+            create_agent(model, [], middleware=[mw]).invoke({"messages": [HumanMessage(f"task {i}")]})
+
+        return timed(once)
+
+    def llamaindex(consolidator: ModelConsolidator | None, store: MemoryExperienceStore) -> float:
+        from evoharness_bpe_llamaindex import with_bpe
+        from evoharness_bpe_llamaindex.testing import ScriptedLLM
+        from llama_index.core.agent.workflow import FunctionAgent
+
+
+        def once(i: int) -> None:
+            llm = ScriptedLLM([[("track", {"key": "k", "value": "v"})],
+                               [("note", {"text": f"lesson {i}: check topic {i} first"})], "done"])
+            agent = with_bpe(FunctionAgent(tools=[], llm=llm), store=store, namespace=NS, consolidator=consolidator)
+
+            async def run() -> None:
+                await agent.run(user_msg=f"task {i}")
+
+            asyncio.run(run())
+
+        return timed(once)
+
+    for name, bench in (("create_agent + BPEMiddleware", langgraph), ("FunctionAgent + with_bpe", llamaindex)):
+        try:
+            bench(None, MemoryExperienceStore())  # warm-up: imports, first graph compile
+        except ImportError:
+            print(f"{name}: not installed, skipped")
+            continue
+        plain = bench(None, MemoryExperienceStore())
+        store = MemoryExperienceStore()
+        with ModelConsolidator(_slow_teacher, store, max_pending=10_000) as consolidator:
+            teacher = bench(consolidator, store)
+            pending = consolidator.pending()
+            consolidator.close(wait=False)
+        print(f"{name}, {runs} runs: p50 {plain:.1f} ms without a consolidator, {teacher:.1f} ms with a 2 s teacher "
+              f"({teacher / plain:.2f}x; {pending} jobs still pending when the runs were done)")
+
+
+def request_size() -> None:
+    """Prompt tokens of one teacher request (approximate counter), by notes and related entries."""
+    from evoharness_bpe.consolidator import build_request
+    from evoharness_bpe.text import approx_tokens
+
+    store = MemoryExperienceStore()
+    for family in DATA["families"]:
+        store.add(NS, ExperienceEntry(text=family["base"]))
+    texts = [text for f in DATA["families"] for _, text in f["variants"]]
+    for n in (1, 3, 10):
+        ids = []
+        for text in texts[:n]:
+            entry = ExperienceEntry(text=text)
+            store.add(("bench", "notes"), entry)
+            ids.append(entry.id)
+        messages, _, shown = build_request(_Joined(store), ("bench", "notes"), ids, related=5)
+        tokens = sum(approx_tokens(m["content"]) for m in messages)
+        print(f"request with {n} note(s) and {len(shown) - n} related entries: ~{tokens} prompt tokens (approximate counter)")
+        for entry_id in ids:
+            store.delete(("bench", "notes"), entry_id)
+
+
+class _Joined:
+    """The notes' namespace, searched in the stored lessons' namespace (request sizes only)."""
+
+    def __init__(self, store: MemoryExperienceStore) -> None:
+        self.store = store
+
+    def get(self, ns: Any, entry_id: str) -> Any:
+        return self.store.get(ns, entry_id)
+
+    def search(self, ns: Any, text: str, k: int) -> Any:
+        return self.store.search(NS, text, k=k)
+
+
 def main() -> None:
     expected = _expected_size()
     print(f"{len(DATA['families'])} families, {sum(len(f['variants']) for f in DATA['families'])} labelled notes, "
@@ -140,6 +243,8 @@ def main() -> None:
         precision = sum(1 for p in both if p[0] == p[1]) / len(both) if both else 1.0
         print(f"{'':<18} merge+replace precision {precision:.2f}")
     finish_latency()
+    agent_latency()
+    request_size()
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .actions import MAX_ARGUMENT_CHARS, MAX_RECORDED_CHARS, META_ACTIONS, bounded_json
 from .exceptions import UserError
 from .ledger import ActionCost, LedgerSummary
 
@@ -69,6 +70,44 @@ class DashboardSnapshot(BaseModel):
     tokens: int
 
 
+def bound_meta_action_calls(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` with meta-action tool-call arguments over the argument limit cut, as events are.
+
+    Such a call was refused whole; recording it whole (in the conversation and in every later
+    prompt) would let one hostile call grow a trace line by its size many times over.
+    """
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return message
+    bounded = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(fn, dict) and fn.get("name") in META_ACTIONS and args is not None:
+            cut = _cut_arguments(args)
+            if cut is not args:
+                call = {**call, "function": {**fn, "arguments": cut}}
+        bounded.append(call)
+    return {**message, "tool_calls": bounded}
+
+
+def _cut_arguments(args: Any) -> Any:
+    """`args` itself within the argument limit, else its first characters and its length."""
+    if isinstance(args, str):
+        return bounded_json(args, MAX_RECORDED_CHARS) if len(args) > MAX_ARGUMENT_CHARS else args
+    probe = bounded_json(args, MAX_ARGUMENT_CHARS)  # bounded work, whatever the value's size
+    if probe.startswith("<") and probe.endswith("not recorded>"):
+        return probe
+    if len(probe) <= MAX_ARGUMENT_CHARS:
+        return args
+    head, _, length = probe.rpartition("… [cut: ")
+    return f"{head[:MAX_RECORDED_CHARS]}… [cut: {length}"
+
+
+def _bound_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [bound_meta_action_calls(m) if isinstance(m, dict) and m.get("tool_calls") else m for m in messages]
+
+
 class ModelCall(BaseModel):
     """One model call: exactly the prompt the model received and the message it answered with.
 
@@ -80,6 +119,16 @@ class ModelCall(BaseModel):
     messages: list[dict[str, Any]] = Field(description="The prompt as sent, system message included.")
     response: dict[str, Any] = Field(description="The assistant message the model returned.")
     prompt_tokens: int = Field(default=0, description="Tokens of the prompt (the workspace counter).")
+
+    @field_validator("messages")
+    @classmethod
+    def _cut_prompt(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return _bound_messages(value)
+
+    @field_validator("response")
+    @classmethod
+    def _cut_response(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return bound_meta_action_calls(value)
 
 
 class Outcome(BaseModel):
@@ -112,6 +161,11 @@ class Trace(BaseModel):
     outcome: Outcome = Field(default_factory=Outcome)
     ledger: LedgerSummary | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("messages")
+    @classmethod
+    def _cut_messages(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return _bound_messages(value)
 
 
 class TraceWriter:

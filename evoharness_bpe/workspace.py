@@ -151,6 +151,11 @@ class Workspace:
             raise UserError(f"pass either options= or {', '.join(given)}, not both")
         self.options = options if options is not None else WorkspaceOptions(**given)
         self.namespace = validate_namespace(namespace)
+        if consolidator is not None and store is None:
+            store = consolidator.store  # the store its decisions are applied to
+        elif consolidator is not None and consolidator.store is not store:
+            raise UserError("the consolidator works on another store than this workspace: build it on the same store "
+                            "(ModelConsolidator(teacher, store)), or leave store= out to use the consolidator's")
         self.store: ExperienceStore = store if store is not None else MemoryExperienceStore()
         self.recorder = recorder if recorder is not None else EpisodeRecorder()
         self._hint_cache: tuple[str, int, list[ExperienceEntry]] | None = None

@@ -1,11 +1,16 @@
-"""Consolidation by a teacher model, in the background (`ModelConsolidator`)."""
+"""Consolidation by a teacher model: in the background (`ModelConsolidator`) and offline over
+traces (`consolidate_traces`, ``evoharness consolidate``)."""
 
+from .batch import BatchResult, ConsolidationFailed, consolidate_traces, trace_notes
 from .decisions import DecisionBatch, DecisionError, apply_decisions, parse_decisions, validate_decisions
 from .journal import Job, JobJournal
+from .request import SYSTEM_PROMPT, TeacherCaller, TeacherError, build_request
 from .teachers import OpenAITeacher, Teacher, as_teacher
-from .worker import SYSTEM_PROMPT, ModelConsolidator
+from .worker import ModelConsolidator
 
 __all__ = [
-    "ModelConsolidator", "Teacher", "as_teacher", "OpenAITeacher", "DecisionBatch", "DecisionError",
-    "parse_decisions", "validate_decisions", "apply_decisions", "Job", "JobJournal", "SYSTEM_PROMPT",
+    "ModelConsolidator", "consolidate_traces", "BatchResult", "ConsolidationFailed", "trace_notes",
+    "Teacher", "as_teacher", "OpenAITeacher", "TeacherCaller", "TeacherError", "build_request",
+    "DecisionBatch", "DecisionError", "parse_decisions", "validate_decisions", "apply_decisions",
+    "Job", "JobJournal", "SYSTEM_PROMPT",
 ]

@@ -8,6 +8,7 @@ journal on disk survives ``kill -9``; ``:memory:`` keeps jobs for the process on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -64,16 +65,18 @@ class JobJournal:
             self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
 
-    def add(self, namespace: Namespace, notes: list[str]) -> Job:
-        """Record a pending job."""
-        job = Job(id=uuid.uuid4().hex, namespace=tuple(namespace), notes=tuple(notes))
+    def add(self, namespace: Namespace, notes: list[str], *, key: str | None = None) -> Job:
+        """Record a pending job; with a `key`, a second add of the same key returns the first job."""
+        job_id = hashlib.sha256(key.encode()).hexdigest()[:32] if key is not None else uuid.uuid4().hex
+        job = Job(id=job_id, namespace=tuple(namespace), notes=tuple(notes))
         now = time.time()
         with self._lock:
             self._db.execute(
-                "INSERT INTO jobs (id, namespace, notes, created, updated) VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO jobs (id, namespace, notes, created, updated) VALUES (?, ?, ?, ?, ?)",
                 (job.id, json.dumps(list(job.namespace)), json.dumps(list(job.notes)), now, now),
             )
-        return job
+            row = self._db.execute("SELECT namespace, notes, status, decisions FROM jobs WHERE id = ?", (job.id,)).fetchone()
+        return Job(id=job.id, namespace=tuple(json.loads(row[0])), notes=tuple(json.loads(row[1])), status=row[2], decisions=row[3])
 
     def next(self) -> Job | None:
         """The oldest job not finished (decided ones first: they only need applying)."""

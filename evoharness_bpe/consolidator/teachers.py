@@ -22,16 +22,25 @@ Teacher = Callable[[list[dict[str, str]]], str]
 def as_teacher(model: Any) -> Teacher:
     """A teacher from a LangChain chat model, a LlamaIndex LLM, or a callable."""
     if hasattr(model, "invoke") and hasattr(model, "bind_tools"):  # LangChain BaseChatModel
-        return lambda messages: str(model.invoke(messages).content)
-    if hasattr(model, "complete") and hasattr(model, "metadata"):  # LlamaIndex LLM
+        return lambda messages: _langchain_text(model.invoke(messages))
+    if hasattr(model, "chat") and hasattr(model, "complete") and hasattr(model, "metadata"):  # LlamaIndex LLM
         def llamaindex(messages: list[dict[str, str]]) -> str:
-            prompt = "\n\n".join(f"{m['role'].upper()}:\n{m['content']}" for m in messages)
-            return str(model.complete(prompt).text)
+            from llama_index.core.base.llms.types import ChatMessage  # noqa: PLC0415 - only LlamaIndex users have it
+
+            reply = model.chat([ChatMessage(role=m["role"], content=m["content"]) for m in messages])
+            return str(reply.message.content or "")
 
         return llamaindex
     if callable(model):
         return model
     raise UserError("a teacher is a callable (messages -> text), a LangChain chat model or a LlamaIndex LLM")
+
+
+def _langchain_text(reply: Any) -> str:
+    text = getattr(reply, "text", None)  # the text blocks of any provider's content format
+    if isinstance(text, str):  # a property in langchain-core 1.x (a method before)
+        return str(text)
+    return str(text()) if callable(text) else str(reply.content)
 
 
 class OpenAITeacher:

@@ -1,10 +1,11 @@
 """`ModelConsolidator`: a teacher model keeps a namespace's Experience clean, in the background.
 
 `submit` records a job in the journal and returns at once (it blocks only while
-`max_pending` jobs wait: back-pressure); a worker thread asks the teacher, validates its
-decisions, applies them in one store transaction and appends the request and the decisions to
-a JSONL dataset in TRL's prompt–completion format. On timeout, refusal or invalid output the
-rule-based consolidation done at `note` time stands.
+`max_pending` jobs wait: back-pressure); a worker thread asks the teacher (retrying failed
+requests with backoff), validates its decisions, applies them in one store transaction and
+appends the request and the decisions to a JSONL dataset in TRL's prompt–completion format. On
+timeout, refusal or invalid output the rule-based consolidation done at `note` time stands.
+The offline batch over traces is `consolidate_traces` (``evoharness consolidate``).
 """
 
 from __future__ import annotations
@@ -13,22 +14,19 @@ import json
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..exceptions import UserError
-from ..stores.base import ExperienceEntry, ExperienceStore, Namespace, validate_namespace
+from ..stores.base import ExperienceStore, Namespace, validate_namespace
 from .decisions import DecisionBatch, DecisionError, apply_decisions, canonical, parse_decisions, validate_decisions
 from .journal import Job, JobJournal
+from .request import SYSTEM_PROMPT, Request, TeacherCaller, TeacherError, build_request
 from .teachers import Teacher, as_teacher
 
-__all__ = ["ModelConsolidator", "SYSTEM_PROMPT"]
+__all__ = ["ModelConsolidator", "SYSTEM_PROMPT", "append_row"]
 
 log = logging.getLogger(__name__)
-SYSTEM_PROMPT = resources.files("evoharness_bpe.prompts").joinpath("consolidate.txt").read_text("utf-8").strip()
 
 
 class ModelConsolidator:
@@ -49,13 +47,16 @@ class ModelConsolidator:
         every_notes: int | None = None,
         related: int = 5,
         timeout: float = 60.0,
+        retries: int = 2,
+        backoff: float = 1.0,
         max_pending: int = 1_000,
         start: bool = True,
     ) -> None:
         if every_notes is not None and every_notes < 1:
             raise UserError("every_notes must be at least 1 (or None: consolidate when an episode finishes)")
-        if max_pending < 1 or related < 0 or timeout <= 0:
-            raise UserError("max_pending must be at least 1, related at least 0 and timeout positive")
+        if max_pending < 1 or related < 0 or timeout <= 0 or retries < 0 or backoff < 0:
+            raise UserError("max_pending must be at least 1, related and retries at least 0, timeout positive "
+                            "and backoff not negative")
         self.teacher: Teacher = as_teacher(teacher)
         self.store = store
         self.journal = JobJournal(journal)
@@ -68,16 +69,17 @@ class ModelConsolidator:
         self._busy = False
         self._closing = False
         self._closed = False
-        self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evoharness-teacher")
+        self._calls = TeacherCaller(self.teacher, timeout=timeout, retries=retries, backoff=backoff)
         self._thread: threading.Thread | None = None
         if start:
             self.start()
 
     # -- producer side -----------------------------------------------------------------------
-    def submit(self, namespace: Namespace, notes: list[str]) -> Job | None:
+    def submit(self, namespace: Namespace, notes: list[str], *, key: str | None = None) -> Job | None:
         """Queue the consolidation of `notes` (entry ids) of `namespace`; returns at once.
 
-        Blocks only while `max_pending` jobs are unfinished (back-pressure).
+        Blocks only while `max_pending` jobs are unfinished (back-pressure). A `key` (a run id
+        and a count, say) makes the submission idempotent: the same key queues one job only.
         """
         notes = list(dict.fromkeys(notes))
         if not notes:
@@ -86,7 +88,7 @@ class ModelConsolidator:
         with self._wake:
             while self.journal.unfinished() >= self.max_pending and not self._closing:
                 self._wake.wait(timeout=1.0)
-            job = self.journal.add(namespace, notes)
+            job = self.journal.add(namespace, notes, key=key)
             self._wake.notify_all()
         return job
 
@@ -108,7 +110,7 @@ class ModelConsolidator:
                 while job is None and not self._closing:
                     self._wake.wait()
                     job = self.journal.next()
-                if job is None:
+                if job is None or self._closing:  # closed: what is left stays in the journal
                     return
                 self._busy = True
             try:
@@ -123,7 +125,7 @@ class ModelConsolidator:
                     self._wake.notify_all()
 
     def run_job(self, job: Job) -> str:
-        """Process one job now (the worker's step); returns its final status."""
+        """Process one job now (the worker's step); returns its status (``pending`` when closed meanwhile)."""
         if job.status == "decided" and job.decisions is not None:
             batch = DecisionBatch.model_validate_json(job.decisions)
         else:
@@ -133,14 +135,13 @@ class ModelConsolidator:
                 return "done"
             messages, notes, shown = request
             try:
-                raw = self._calls.submit(self.teacher, messages).result(timeout=self.timeout)
-                batch = validate_decisions(parse_decisions(raw), notes, shown)
-            except FutureTimeout:
-                return self._fallback(job, f"the teacher did not answer within {self.timeout} s")
+                batch = validate_decisions(parse_decisions(self._calls(messages)), notes, shown)
+            except TeacherError as exc:  # no answer on any attempt: the rules stand
+                if exc.stopped:  # closed meanwhile: the job stays pending for the next start
+                    return "pending"
+                return self._fallback(job, f"the teacher failed {exc.attempts} time(s): {exc}")
             except DecisionError as exc:
                 return self._fallback(job, str(exc))
-            except Exception as exc:  # noqa: BLE001 - a refused or failed request: the rules stand
-                return self._fallback(job, f"{type(exc).__name__}: {exc}")
             decided = canonical(batch)
             self.journal.decide(job.id, decided)
             self._record(messages, decided)
@@ -153,34 +154,13 @@ class ModelConsolidator:
         self.journal.finish(job.id, "fallback", reason=reason[:500])
         return "fallback"
 
-    def request(self, job: Job) -> tuple[list[dict[str, str]], set[str], set[str]] | None:
+    def request(self, job: Job) -> Request | None:
         """The messages for the teacher, the note ids and every id shown; None if no note is left."""
-        ns = job.namespace
-        notes = [e for e in (self.store.get(ns, i) for i in job.notes) if e is not None]
-        if not notes:
-            return None
-        note_ids = {e.id for e in notes}
-        related: dict[str, ExperienceEntry] = {}
-        for note in notes:
-            for hit in self.store.search(ns, note.text, k=self.related + 1):
-                if hit.entry.id not in note_ids and len(related) < self.related * len(notes):
-                    related.setdefault(hit.entry.id, hit.entry)
-        payload = {"notes": [_view(e) for e in notes], "related": [_view(e) for e in related.values()]}
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": json.dumps(payload, ensure_ascii=False, indent=1)},
-        ]
-        return messages, note_ids, note_ids | set(related)
+        return build_request(self.store, job.namespace, job.notes, self.related)
 
     def _record(self, messages: list[dict[str, str]], decided: str) -> None:
-        if self.dataset is None:
-            return
-        row = {"prompt": messages, "completion": [{"role": "assistant", "content": decided}]}
-        self.dataset.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.dataset, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        if self.dataset is not None:
+            append_row(self.dataset, {"prompt": messages, "completion": [{"role": "assistant", "content": decided}]})
 
     # -- shutdown ----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -198,9 +178,9 @@ class ModelConsolidator:
         with self._wake:
             self._closing = True
             self._wake.notify_all()
+        self._calls.close()  # cuts a retry's backoff short
         if self._thread is not None:
             self._thread.join(timeout=self.timeout + 5 if wait else 0.5)
-        self._calls.shutdown(wait=False, cancel_futures=True)
         if self._thread is None or not self._thread.is_alive():  # a worker still waiting on a teacher keeps it
             self.journal.close()
 
@@ -223,6 +203,10 @@ class ModelConsolidator:
         self.close()
 
 
-def _view(entry: ExperienceEntry) -> dict[str, Any]:
-    return {"id": entry.id, "kind": entry.kind, "text": entry.text, "tags": entry.tags,
-            "evidence": entry.evidence, "wins": entry.wins, "losses": entry.losses}
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line to `path`, flushed and fsynced (a crash tears at most this line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

@@ -92,6 +92,38 @@ def _view(args: argparse.Namespace) -> int:
     return 0
 
 
+def _consolidate(args: argparse.Namespace) -> int:
+    from ..consolidator import ConsolidationFailed, OpenAITeacher, consolidate_traces
+
+    if not args.base_url.startswith(("http://", "https://")):
+        raise UserError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+    teacher = OpenAITeacher(args.model, args.base_url, api_key=args.api_key, timeout=args.timeout)
+
+    def retrying(episode: str, attempt: int, delay: float, error: BaseException) -> None:
+        print(f"evoharness: teacher failed on episode {episode[:12]} ({type(error).__name__}: {str(error)[:120]}); "
+              f"retry {attempt} of {args.retries} in {delay:g} s", file=sys.stderr)
+
+    def done(episode: str, outcome: str) -> None:
+        print(f"evoharness: episode {episode[:12]}: {outcome}", file=sys.stderr, flush=True)
+
+    try:
+        result = consolidate_traces(args.traces, teacher, args.out, resume=args.resume, overwrite=args.overwrite,
+                                    retries=args.retries, backoff=args.backoff, timeout=args.timeout + 5,
+                                    on_retry=retrying, on_done=done)
+    except ConsolidationFailed as exc:
+        kept = exc.result.total
+        hint = (f"is the teacher running at {args.base_url}? Start it, or pass the --base-url of a running "
+                "OpenAI-compatible server (…/v1); then " if exc.unreachable else "")
+        print(f"evoharness: error: {exc}\nevoharness: {kept} finished pair(s) kept in {exc.result.dataset}; "
+              f"{hint}continue with: evoharness consolidate {args.traces} --out {args.out} --resume "
+              f"(and the same --base-url and --model)", file=sys.stderr)
+        return 1
+    skipped = f", {result.skipped} done before" if result.skipped else ""
+    rejected = f", {result.rejected} answers refused (see {Path(args.out) / 'rejected.jsonl'})" if result.rejected else ""
+    print(f"{result.written} new pair(s){skipped}{rejected}; {result.total} in {result.dataset}")
+    return 0
+
+
 def _check_model_folder(model: str) -> None:
     path = Path(model)
     if not path.is_dir():
@@ -194,6 +226,25 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--episode", type=int, default=0, help="which episode (0 is the first, -1 the last)")
     view.add_argument("--out", help="the HTML file to write (default: episode-N.html beside the traces)")
     view.set_defaults(handler=_view)
+    consolidate = commands.add_parser(
+        "consolidate", help="ask a teacher model to consolidate the notes of finished episodes; write an SFT dataset",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Each finished pair is appended to OUT/consolidation.jsonl at once (TRL prompt-completion); a failed "
+        "request is retried with backoff, and --resume continues a stopped or killed batch without repeating a pair.",
+    )
+    consolidate.add_argument("traces", help="a JSONL trace file or a folder of them")
+    consolidate.add_argument("--base-url", "--teacher", dest="base_url", default="http://127.0.0.1:8000/v1",
+                             help="OpenAI-compatible endpoint of the teacher (…/v1)")
+    consolidate.add_argument("--model", default="teacher", help="model name sent to the teacher")
+    consolidate.add_argument("--api-key", help="API key of the endpoint (default: $OPENAI_API_KEY)")
+    consolidate.add_argument("--timeout", type=float, default=120.0, help="seconds per teacher request")
+    consolidate.add_argument("--retries", type=int, default=3, help="retries of a failed request (doubling backoff)")
+    consolidate.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry")
+    consolidate.add_argument("--out", default="evoharness-consolidation", help="output folder")
+    again = consolidate.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue the dataset in --out: skip the episodes done")
+    again.add_argument("--overwrite", action="store_true", help="replace the dataset in --out")
+    consolidate.set_defaults(handler=_consolidate)
     for ep in entry_points(group="evoharness.commands"):
         ep.load()(commands)
     return parser

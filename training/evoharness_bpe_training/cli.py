@@ -1,4 +1,4 @@
-"""The training commands of `evoharness`: ``export``, ``train sft|grpo``, ``consolidate``.
+"""The training commands of `evoharness`: ``export`` and ``train sft|grpo`` (``consolidate`` is a core command).
 
 Registered through the ``evoharness.commands`` entry-point group: `register` receives the core
 parser's sub-parsers object. ``train sft|grpo`` parse their flags with TRL's own `TrlParser`
@@ -225,20 +225,8 @@ def _print_dry_run(config: Any, preset: Any) -> int:
     return 0
 
 
-def _consolidate(args: argparse.Namespace) -> int:
-    from .consolidation import TeacherClient, consolidation_dataset
-
-    _check_out(args.out, "--out", create=True)
-    teacher = TeacherClient(args.teacher, model=args.model, api_key=args.api_key, timeout=args.timeout)
-    dataset = consolidation_dataset(args.traces, teacher, out_dir=args.out, eval_fraction=args.eval_fraction)
-    for split, ds in dataset.items():
-        print(f"{split}: {len(ds)} rows")
-    print(f"wrote {args.out}")
-    return 0
-
-
 def register(commands: Any) -> None:
-    """Add ``export``, ``train sft|grpo`` and ``consolidate`` to the `evoharness` command."""
+    """Add ``export`` and ``train sft|grpo`` to the `evoharness` command."""
     export = commands.add_parser("export", help="turn traces into an SFT dataset (parquet or JSONL)")
     export.add_argument("traces", help="a JSONL trace file or a folder of them")
     export.add_argument("--out", required=True, help="output folder (train and eval files)")
@@ -258,16 +246,6 @@ def register(commands: Any) -> None:
     for phase, text in (("sft", "phase 1: fine-tuning on expert traces"), ("grpo", "phase 2: cost-aware GRPO in an environment")):
         sub = phases.add_parser(phase, help=text, add_help=False)
         sub.set_defaults(handler=partial(_train, phase))
-
-    consolidate = commands.add_parser("consolidate", help="condense Experience with a teacher model into an SFT dataset")
-    consolidate.add_argument("traces", help="a JSONL trace file or a folder of them")
-    consolidate.add_argument("--teacher", required=True, help="base URL of an OpenAI-compatible server (…/v1)")
-    consolidate.add_argument("--model", default="teacher", help="model name sent to the teacher")
-    consolidate.add_argument("--api-key", default=None, help="bearer token for the teacher, if it needs one")
-    consolidate.add_argument("--timeout", type=float, default=120.0, help="seconds per teacher request")
-    consolidate.add_argument("--out", required=True, help="output folder (train and eval parquet)")
-    consolidate.add_argument("--eval-fraction", type=float, default=0.1, help="share of pairs held out")
-    consolidate.set_defaults(handler=_consolidate)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

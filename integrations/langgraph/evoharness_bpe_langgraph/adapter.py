@@ -5,6 +5,11 @@ adapter rebuilds a `Workspace` from it (reusing the live one while the state is 
 lets the core act, observe or render, and hands back a channel update. What is not part of the
 state — meta-action events with their costs, dashboard snapshots, the ledger — goes to an
 in-process `EpisodeLog` per run, which `TraceCallbackHandler` turns into a trace.
+
+With a model consolidator, the adapter hands the run's notes to it (every N notes, and when
+the run finishes) and remembers what it handed over in the run's log, since the workspace may
+be rebuilt from the state between hooks; a finished run's noted ids are cleared from the
+state, so a later run on the same thread does not hand them over again.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class EpisodeLog:
     finishing: Future[EpisodeSummary] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     live: tuple[dict[str, Any], Workspace] | None = field(default=None, repr=False)
+    consolidating: list[str] = field(default_factory=list, repr=False)
+    """Noted ids already handed to the model consolidator in this run."""
 
     @property
     def ledger(self) -> CostLedger:
@@ -95,8 +102,18 @@ class WorkspaceAdapter:
         dashboard_tokens: int = 600,
         inject: str = "full",
         finish_in_background: bool = False,
+        consolidator: Any | None = None,
         **workspace_options: Any,
     ) -> None:
+        if consolidator is not None:
+            if not callable(getattr(consolidator, "submit", None)):
+                raise UserError(f"consolidator must be an evoharness_bpe.ModelConsolidator, not {type(consolidator).__name__}")
+            if store is None:
+                store = consolidator.store  # the store the teacher's decisions are applied to
+            elif store is not consolidator.store and getattr(consolidator.store, "store", None) is not store:
+                raise UserError("the consolidator works on another store than this agent's: build it on the same "
+                                "store (ModelConsolidator(teacher, store)), or leave store= out to use the consolidator's")
+        self.consolidator = consolidator
         if not callable(namespace):
             namespace = validate_namespace(namespace)
         self.goal = goal
@@ -255,6 +272,7 @@ class WorkspaceAdapter:
                 ops: list[Op] = [{"op": "recalled", "ids": experience.recalled[recalled:]}]
             elif name == "note":
                 ops = [{"op": "noted", "ids": experience.noted[noted:]}]
+                self._consolidate(ws, log, state.get(RUN_KEY), final=False)
             else:
                 ops = [{"op": "act", "name": name, "args": args, "limits": [ws.options.max_beliefs, ws.options.max_exceptions]}]
             return True, result.content, self._commit(log, ws, base, ops)
@@ -288,14 +306,19 @@ class WorkspaceAdapter:
         ws, log, _ = self.workspace(state, runtime)
         if log.summary is not None or log.finishing is not None:
             return None
+        run = state.get(RUN_KEY)
         if self.finish_in_background:
-            log.finishing = self._pool().submit(self._finish_now, ws, log, success)
+            log.finishing = self._pool().submit(self._finish_now, ws, log, success, run)
         else:
-            self._finish_now(ws, log, success)
-        if not ws.state.experience.recalled:
+            self._finish_now(ws, log, success, run)
+        experience = ws.state.experience
+        clear_noted = self.consolidator is not None and bool(experience.noted)
+        if not experience.recalled and not clear_noted:
             return None
         cleared = ws.state.model_copy(deep=True)
         cleared.experience.recalled = []
+        if clear_noted:
+            cleared.experience.noted = []
         return {BPE_KEY: cleared.model_dump(mode="json")}
 
     # -- async twins: store I/O (dashboard hints, recall, note, credit) in a worker thread -----
@@ -313,11 +336,22 @@ class WorkspaceAdapter:
         """`finish` without blocking the event loop on the store."""
         return await asyncio.to_thread(self.finish, state, runtime, success)
 
-    @staticmethod
-    def _finish_now(ws: Workspace, log: EpisodeLog, success: bool) -> EpisodeSummary:
+    def _finish_now(self, ws: Workspace, log: EpisodeLog, success: bool, run: str | None = None) -> EpisodeSummary:
         with log.lock:
             log.summary = ws.finish(success)
+            self._consolidate(ws, log, run, final=True)
             return log.summary
+
+    def _consolidate(self, ws: Workspace, log: EpisodeLog, run: str | None, *, final: bool) -> None:
+        """Hand the run's new notes to the model consolidator: every N notes, and at the end."""
+        if self.consolidator is None:
+            return
+        fresh = [i for i in ws.state.experience.noted if i not in log.consolidating]
+        every = self.consolidator.every_notes
+        if fresh and (final or (every is not None and len(fresh) >= every)):
+            # keyed by run and notes: a hook that runs twice queues one job
+            self.consolidator.submit(ws.namespace, fresh, key=f"{run}:{','.join(fresh)}")
+            log.consolidating.extend(fresh)
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:

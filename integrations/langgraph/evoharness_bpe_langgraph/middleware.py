@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evoharness_bpe import ExperienceStore
 from evoharness_bpe.exceptions import UserError
@@ -28,6 +28,9 @@ from .adapter import EpisodeLog, NamespaceSpec, WorkspaceAdapter
 from .channel import BPE_KEY, bpe_reducer
 from .observe import aobserve_tool_call, observe_tool_call
 from .tools import META_ACTION_NAMES, meta_action_tools
+
+if TYPE_CHECKING:
+    from evoharness_bpe import ModelConsolidator
 
 __all__ = ["BPEMiddleware", "BPEAgentState", "SuccessJudge", "default_success", "message_role"]
 
@@ -70,6 +73,9 @@ class BPEMiddleware(AgentMiddleware):
         success: judge of the final state for crediting lessons (default `default_success`).
         finish_in_background: credit and consolidate in a worker thread so the answer is not
             delayed; `flush()` waits for it.
+        consolidator: a `ModelConsolidator`: each run's notes go to its teacher in the
+            background when the run ends (and every ``every_notes`` notes), without delaying
+            the answer; share one across agents and close it at shutdown.
     """
 
     state_schema = BPEAgentState
@@ -86,6 +92,7 @@ class BPEMiddleware(AgentMiddleware):
         window: int | None = None,
         success: SuccessJudge = default_success,
         finish_in_background: bool = False,
+        consolidator: ModelConsolidator | None = None,
         **workspace_options: Any,
     ) -> None:
         super().__init__()
@@ -99,6 +106,7 @@ class BPEMiddleware(AgentMiddleware):
             dashboard_tokens=dashboard_tokens,
             inject=inject,
             finish_in_background=finish_in_background,
+            consolidator=consolidator,
             **workspace_options,
         )
         self.window = window

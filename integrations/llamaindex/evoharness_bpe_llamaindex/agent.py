@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from evoharness_bpe import META_ACTIONS, ExperienceStore, Workspace
 from evoharness_bpe.exceptions import ModelCallError, UserError
@@ -53,6 +53,9 @@ from .recorder import TraceRecorder
 from .runs import NamespaceSpec, RunBinding, SuccessJudge, default_success, record_input, record_output
 from .tools import meta_action_tools
 from .trace_handler import BPETraceHandler
+
+if TYPE_CHECKING:
+    from evoharness_bpe import ModelConsolidator
 
 __all__ = [
     "with_bpe",
@@ -133,6 +136,7 @@ def with_bpe(
     success: SuccessJudge = default_success,
     trace: BPETraceHandler | None = None,
     state_key: str = DEFAULT_STATE_KEY,
+    consolidator: ModelConsolidator | None = None,
     **workspace_options: Any,
 ) -> T:
     """Give an agent (or every agent of an `AgentWorkflow`) the BPE harness; returns it.
@@ -143,7 +147,9 @@ def with_bpe(
     Belief/Progress in the run's `Context` under `state_key` — and the run's end finishes it:
     a run that raised failed, one that answered succeeded if `success(state)` says so (default:
     every subgoal done, no open exception). `trace` (a `BPETraceHandler`) receives one trace per
-    run. Repeated and concurrent runs of one agent are independent episodes.
+    run. Repeated and concurrent runs of one agent are independent episodes. `consolidator` (a
+    `ModelConsolidator`) gets each run's notes when the run ends, and consolidates them with its
+    teacher in the background.
 
     Advanced: ``with_bpe(agent, workspace)`` binds that one workspace to every run (its store
     and namespace; finish it yourself with `Workspace.afinish`); one run at a time.
@@ -165,6 +171,7 @@ def with_bpe(
             "success": success is not default_success,
             "dashboard_tokens": dashboard_tokens != 600,
             "inject": inject != "full",
+            "consolidator": consolidator is not None,
         }
         clash = sorted(k for k, v in given.items() if v) + sorted(workspace_options)
         if clash:
@@ -186,6 +193,7 @@ def with_bpe(
             success=success,
             trace=trace,
             state_key=state_key,
+            consolidator=consolidator,
             **workspace_options,
         )
     if isinstance(target, AgentWorkflow):

@@ -114,7 +114,7 @@ def tool_selection(block: ToolCallBlock) -> ToolSelection:
     else:
         try:
             parsed = json.loads(raw) if raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # too deep to parse: the tool refuses it readably
             parsed = None
         kwargs = parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS: raw}
     return ToolSelection(tool_id=block.tool_call_id or "", tool_name=block.tool_name, tool_kwargs=kwargs)

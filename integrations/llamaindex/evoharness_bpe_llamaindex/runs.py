@@ -14,6 +14,11 @@ The Experience namespace of a run is decided by the configuration, for this run:
 started with (`RunInfo`). Nothing that arrives through a context — a restored one, or one
 edited by hand — can move a run to another namespace: a context whose BPE state names another
 namespace is refused with a `UserError`.
+
+With a model consolidator (``consolidator=``), the run's notes go to its teacher in the
+background when the run ends (and every ``every_notes`` notes); the run's answer does not wait
+for it. The finished run's noted ids are cleared from the context's state, so a later run that
+continues the context does not hand them over again.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from evoharness_bpe import (
     ActionResult,
@@ -46,6 +51,9 @@ from llama_index.core.workflow import Context, StartEvent
 from .binding import DEFAULT_STATE_KEY, observe_results
 from .recorder import TraceRecorder
 from .trace_handler import BPETraceHandler
+
+if TYPE_CHECKING:
+    from evoharness_bpe import ModelConsolidator
 
 __all__ = [
     "RunBinding",
@@ -142,7 +150,8 @@ class RunEpisode:
 class RunBinding:
     """Opens, serves and finishes one `RunEpisode` per run (see the module docstring).
 
-    Takes the options of `with_bpe`'s per-run form; `workspace_options` go to `Workspace`.
+    Takes the options of `with_bpe`'s per-run form; `consolidator` (a `ModelConsolidator`)
+    and `workspace_options` go to each run's `Workspace`.
     """
 
     def __init__(
@@ -157,8 +166,17 @@ class RunBinding:
         success: SuccessJudge = default_success,
         trace: BPETraceHandler | None = None,
         state_key: str = DEFAULT_STATE_KEY,
+        consolidator: ModelConsolidator | None = None,
         **workspace_options: Any,
     ) -> None:
+        if consolidator is not None:
+            if not callable(getattr(consolidator, "submit", None)):
+                raise UserError(f"consolidator must be an evoharness_bpe.ModelConsolidator, not {type(consolidator).__name__}")
+            if store is None:
+                store = consolidator.store  # the store the teacher's decisions are applied to
+            elif store is not consolidator.store:
+                raise UserError("the consolidator works on another store than this agent's: build it on the same "
+                                "store (ModelConsolidator(teacher, store)), or leave store= out to use the consolidator's")
         if store is not None and not isinstance(store, ExperienceStore):
             raise UserError(f"store must be an evoharness_bpe ExperienceStore, not {type(store).__name__}")
         if not callable(namespace):
@@ -178,6 +196,7 @@ class RunBinding:
         self.success = success
         self.trace_handler = trace
         self.state_key = state_key
+        self.consolidator = consolidator
         self.workspace_options = workspace_options
         self._episodes: OrderedDict[str, RunEpisode] = OrderedDict()
         # Fail when the agent is wrapped, not at its first run, on bad workspace options.
@@ -190,7 +209,8 @@ class RunBinding:
         namespace = await self._namespace(RunInfo(ctx, start_event, run_id))
         data = await ctx.store.get(self.state_key, default=None)
         options = dict(
-            store=self.store, dashboard_tokens=self.dashboard_tokens, inject=self.inject, **self.workspace_options
+            store=self.store, dashboard_tokens=self.dashboard_tokens, inject=self.inject,
+            consolidator=self.consolidator, **self.workspace_options,
         )
         if data is None:
             goal = self.goal or goal_from_input(start_event) or "Answer the user's request"
@@ -226,8 +246,11 @@ class RunBinding:
                     error = exc
             episode.error = error
             episode.summary = await ws.afinish(success)
-            # Lessons are credited once: a context that continues in a later run starts clean.
+            # Lessons are credited once, notes consolidated once: a context that continues in a
+            # later run starts clean.
             ws.state.experience.recalled = []
+            if self.consolidator is not None:
+                ws.state.experience.noted = []
             await self._save(ctx, episode)
             info: dict[str, Any] = {"run_id": episode.run_id}
             if error is not None:
