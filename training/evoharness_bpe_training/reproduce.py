@@ -208,11 +208,12 @@ def _evaluate(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, o
 def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out: Path) -> dict[str, Any]:
     from .sft import SFTRecipeConfig, run_sft
 
-    recipe = SFTRecipeConfig(model="student", output_dir=str(out / "sft"), lora=False, num_train_epochs=config.sft_epochs,
-                             learning_rate=config.sft_learning_rate, per_device_train_batch_size=config.sft_batch_size,
-                             max_length=4096, eval_fraction=0.0, logging_steps=5, save_steps=100_000, seed=config.seed,
-                             bf16=config.bf16)
-    result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer)
+    recipe = SFTRecipeConfig(model_name_or_path=config.model, use_peft=False, output_dir=str(out / "sft"),
+                             num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
+                             per_device_train_batch_size=config.sft_batch_size, max_length=4096, eval_fraction=0.0,
+                             deduplicate=False, logging_steps=5, save_strategy="no", seed=config.seed, bf16=config.bf16,
+                             report_to="none")
+    result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=None)
     return dict(result.metrics)
 
 

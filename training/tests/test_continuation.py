@@ -1,0 +1,81 @@
+"""Step-level cost-aware GRPO: states from traces, replayed continuations, their rewards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.runner.core import run_episode
+from evoharness_bpe_training.continuation import ContinuationPolicy, ContinuationReward, episode_cost, state_rows
+from evoharness_bpe_training.rewards import CostWeights
+
+CONFIG = EpisodeConfig(seed=3, spec_style="compact", window=4, dashboard_tokens=120)
+
+
+class _Rest:
+    """Plays on with the expert's recorded replies after position `k` (then finishes)."""
+
+    def __init__(self, replies, k: int) -> None:
+        self.replies, self.next = replies, k + 1
+
+    def complete(self, messages, tools):
+        if self.next >= len(self.replies):
+            return {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "end", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
+        self.next += 1
+        return json.loads(json.dumps(self.replies[self.next - 1]))
+
+
+@pytest.fixture(scope="module")
+def expert_trace():
+    env = make_env("crm-migration", 1)
+    return run_episode(env, ExpertPolicy(env), None, CONFIG)
+
+
+def test_state_rows_hold_each_prompt_and_the_replies_before_it(expert_trace) -> None:
+    rendered = []
+    rows = state_rows([expert_trace], lambda messages, tools: rendered.append((messages, tools)) or f"p{len(rendered)}")
+    assert len(rows) == len(expert_trace.model_calls)
+    for position, row in enumerate(rows):
+        assert row["position"] == position and row["seed"] == 3 and row["difficulty"] == 1
+        assert [r["tool_calls"][0]["function"] for r in json.loads(row["replies"])] == [
+            c.response["tool_calls"][0]["function"] for c in expert_trace.model_calls[:position]]
+    assert rendered[2] == (expert_trace.model_calls[2].messages, expert_trace.tools)
+
+
+def test_replaying_the_recorded_replies_reproduces_the_episode(expert_trace) -> None:
+    replies = [c.response for c in expert_trace.model_calls]
+    replay = run_episode(make_env("crm-migration", 1), ContinuationPolicy(replies[:-1], replies[-1], policy=None), None, CONFIG)
+    assert replay.outcome.success and replay.outcome.info == expert_trace.outcome.info
+    assert episode_cost(replay).meta_calls == episode_cost(expert_trace).meta_calls > 0
+
+
+def test_reward_prefers_the_expert_action_over_a_malformed_one(expert_trace) -> None:
+    replies = [c.response for c in expert_trace.model_calls]
+    reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG,
+                                weights=CostWeights(lam=0.05, mu=0.0, invalid_penalty=0.1))
+    row = state_rows([expert_trace], lambda m, t: "")[2]
+    good = replies[2]["tool_calls"][0]["function"]
+    good_text = f'<tool_call>\n{{"name": "{good["name"]}", "arguments": {good["arguments"]}}}\n</tool_call>'
+    scores = []
+    for text in (good_text, good_text, "no call at all"):
+        reward.policy = _Rest(replies, 2)  # a fresh player per episode
+        scores += reward([row["prompt"]], [text], seed=[row["seed"]], difficulty=[1], replies=[row["replies"]], env=[row["env"]])
+    assert scores[0] == scores[1]  # the same action and continuation score the same
+    expected = 1.0 - 0.05 * episode_cost(expert_trace).meta_calls
+    assert scores[0] == pytest.approx(expected)  # the recorded episode's own reward
+    assert scores[2] < scores[0]  # a malformed reply is an invalid action, and the plan is off by one
+    assert [r["success"] for r in reward.log[:2]] == [1.0, 1.0]
+    assert reward.log[0]["action"] == good["name"] and reward.log[2]["action"] is None
+
+
+def test_reward_without_a_policy_is_a_clear_error(expert_trace) -> None:
+    from evoharness_bpe.exceptions import UserError
+
+    reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG)
+    with pytest.raises(UserError, match="policy is not set"):
+        reward(["p"], ["x"], seed=[0], difficulty=[1], replies=["[]"], env=["crm-migration"])

@@ -1,0 +1,67 @@
+"""The student trained from scratch: its tokenizer, template, and the reproduction's smoke run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.policies.toolcalls import parse_tool_calls
+from evoharness_bpe.lab.runner.core import run_episode
+from evoharness_bpe_training.datasets import trace_rows
+from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
+from evoharness_bpe_training.student import build_student, render_rows
+
+
+@pytest.fixture(scope="module")
+def rows():
+    env = make_env("crm-migration", 1)
+    trace = run_episode(env, ExpertPolicy(env), None, EpisodeConfig(seed=1, spec_style="compact", window=4))
+    return trace_rows(trace)
+
+
+def test_student_template_renders_calls_that_parse_back_and_keeps_prefixes(rows) -> None:
+    model, tokenizer = build_student(rows, vocab_size=400, hidden_size=32, layers=1, template_kwargs=CHAT_TEMPLATE_KWARGS)
+    assert model.config.vocab_size == len(tokenizer)
+    row = next(r for r in rows if r["completion"][0]["tool_calls"][0]["function"]["name"] == "submit_batch")
+    tools = json.loads(row["tools"])
+    prompt = tokenizer.apply_chat_template(row["prompt"], tools=tools, add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS)
+    full = render_rows([row], tokenizer, **CHAT_TEMPLATE_KWARGS)[0]
+    assert full.startswith(prompt)  # prompt-completion training sees exactly the inference prompt
+    call = parse_tool_calls(full[len(prompt):], {t["function"]["name"] for t in tools})
+    assert call and call[0]["name"] == "submit_batch"
+    assert json.loads(call[0]["arguments"]) == json.loads(row["completion"][0]["tool_calls"][0]["function"]["arguments"])
+    assert "submit_batch(batch_id: integer, record_ids: array)" in prompt  # one signature line per tool
+    assert '"parameters"' not in prompt
+
+
+def test_fitted_vocabulary_makes_rows_shorter_than_a_generic_one(rows) -> None:
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    _, fitted = build_student(rows, vocab_size=1024, hidden_size=32, layers=1, template_kwargs=CHAT_TEMPLATE_KWARGS)
+    generic = build_tiny_tokenizer(1024, chat_template=fitted.chat_template)
+    text = render_rows(rows[-1:], fitted, **CHAT_TEMPLATE_KWARGS)[0]
+    assert len(fitted(text)["input_ids"]) < len(generic(text)["input_ids"])
+
+
+@pytest.mark.slow
+def test_reproduce_smoke_run_writes_the_report(tmp_path: Path) -> None:
+    """The whole pipeline on the tiny preset: every stage, the report, the targets, the plots."""
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce
+
+    lines: list[str] = []
+    summary = reproduce(load_reproduce_preset("tiny", out=str(tmp_path)), log=lines.append)
+    assert [r["stage"] for r in summary["results"]] == ["raw", "sft", "grpo"]
+    assert set(summary["results"][0]["levels"]) == {"1", "2"}
+    assert {t["target"][:3] for t in summary["targets"]} == {"(a)", "(b)", "(c)"}
+    assert summary["grpo_curve"] and all("reward" in r for r in summary["grpo_curve"])
+    report = (tmp_path / "report.md").read_text()
+    for name in ("success.png", "meta_by_kind.png", "harness_tokens.png", "grpo_curves.png"):
+        assert (tmp_path / name).stat().st_size > 1000 and name in report
+    for stage in ("raw", "sft", "grpo"):
+        assert (tmp_path / f"eval-{stage}.jsonl").exists()
+    assert any(line.startswith("sft:") for line in lines)
