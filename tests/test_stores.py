@@ -72,4 +72,19 @@ class TestPostgresStore(ExperienceStoreConformance):
         store = PostgresExperienceStore(postgres_dsn, table=postgres_table)
         yield store
         store._conn().execute(f"DROP TABLE {postgres_table}")
+        store._conn().execute(f"DROP TABLE {postgres_table}_meta")
+        store.close()
+
+
+class TestPostgresHybridStore(ExperienceStoreConformance):
+    hybrid = True
+
+    @pytest.fixture
+    def store(self, postgres_dsn, postgres_table):
+        from evoharness_bpe.stores.postgres import PostgresExperienceStore
+
+        store = PostgresExperienceStore(postgres_dsn, table=postgres_table, embedder=KeywordEmbedder(dimensions=512))
+        yield store
+        store._conn().execute(f"DROP TABLE {postgres_table}")
+        store._conn().execute(f"DROP TABLE {postgres_table}_meta")
         store.close()

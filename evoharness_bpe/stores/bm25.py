@@ -150,7 +150,13 @@ class BM25Index(Generic[D]):
                 acc[doc] = get(doc, 0.0) + idf * impact
         for doc in exclude:
             acc.pop(doc, None)
-        return heapq.nsmallest(k, acc.items(), key=lambda item: (-item[1], item[0]))
+        if len(acc) > k:  # keep the k-th score's ties, then order them by id
+            theta = heapq.nlargest(k, acc.values())[-1]
+            best = [(-s, d) for d, s in acc.items() if s >= theta]
+        else:
+            best = [(-s, d) for d, s in acc.items()]
+        best.sort()
+        return [(d, -s) for s, d in best[:k]]
 
     @staticmethod
     def _refine(acc: dict[D, float], weighted: list, rest: list[float], start: int, theta: float) -> None:

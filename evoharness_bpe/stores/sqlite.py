@@ -25,7 +25,7 @@ from .base import (
 )
 from .bm25 import BM25Index
 from .hybrid import rank
-from .vectors import VectorIndex, pack, unpack
+from .vectors import VectorIndex, pack
 
 __all__ = ["SQLiteExperienceStore"]
 
@@ -91,7 +91,7 @@ class _Shelf:
             return
         self.index.add(rowid, row[0].split())
         if row[1] is not None:
-            self.vectors.add(rowid, unpack(row[1]))
+            self.vectors.add(rowid, row[1])
         else:
             self.vectors.remove(rowid)
 

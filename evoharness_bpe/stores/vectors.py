@@ -31,33 +31,42 @@ def unpack(blob: bytes) -> list[float]:
 
 
 class VectorIndex(Generic[D]):
-    """Unit vectors by document id; a search is an exact scan (a matrix product with numpy).
+    """Unit vectors by document id, kept packed (4 bytes a dimension); exact cosine search.
 
-    Not thread-safe: the stores that hold one guard it with their own lock.
+    With numpy the search is one matrix product over a matrix rebuilt after each change; without
+    it, a pure-Python scan. Not thread-safe: the stores that hold one guard it with their lock.
     """
 
     def __init__(self) -> None:
-        self._vectors: dict[D, Sequence[float]] = {}
+        self._packed: dict[D, bytes] = {}
         self._matrix: Any = None  # (ids, numpy matrix), rebuilt after a change
         self.dimension: int | None = None
 
     def __len__(self) -> int:
-        return len(self._vectors)
+        return len(self._packed)
 
-    def add(self, doc: D, vector: Sequence[float]) -> None:
-        """Store `doc`'s vector, replacing any before it."""
-        self._vectors[doc] = vector
-        self.dimension = len(vector)
+    def add(self, doc: D, vector: Sequence[float] | bytes) -> None:
+        """Store `doc`'s vector (a sequence of floats or `pack`'s bytes), replacing any before it."""
+        packed = vector if isinstance(vector, bytes) else pack(vector)
+        dimension = len(packed) // 4
+        if self.dimension is not None and dimension != self.dimension and len(self._packed) > (doc in self._packed):
+            from ..exceptions import StoreError
+
+            raise StoreError(f"a vector of {dimension} dimensions among vectors of {self.dimension}")
+        self._packed[doc] = packed
+        self.dimension = dimension
         self._matrix = None
 
     def remove(self, doc: D) -> bool:
         """Forget `doc`'s vector; return whether there was one."""
+        if self._packed.pop(doc, None) is None:
+            return False
         self._matrix = None
-        return self._vectors.pop(doc, None) is not None
+        return True
 
     def search(self, query: Sequence[float], k: int, min_similarity: float) -> list[tuple[D, float]]:
         """The `k` most similar documents with similarity at least `min_similarity`, best first."""
-        if k <= 0 or not self._vectors:
+        if k <= 0 or not self._packed:
             return []
         if len(query) != self.dimension:
             from ..exceptions import StoreError
@@ -66,12 +75,16 @@ class VectorIndex(Generic[D]):
         try:
             import numpy as np
         except ImportError:
-            scored = [(sum(a * b for a, b in zip(query, v)), d) for d, v in self._vectors.items()]
-            hits = [(d, s) for s, d in scored if s >= min_similarity]
+            hits = []
+            for doc, packed in self._packed.items():
+                similarity = sum(a * b for a, b in zip(query, unpack(packed)))
+                if similarity >= min_similarity:
+                    hits.append((doc, similarity))
             return heapq.nsmallest(k, hits, key=lambda h: (-h[1], h[0]))
         if self._matrix is None:
-            ids = list(self._vectors)
-            self._matrix = (ids, np.asarray([self._vectors[d] for d in ids], dtype=np.float32))
+            ids = list(self._packed)
+            matrix = np.frombuffer(b"".join(self._packed[d] for d in ids), dtype="<f4").reshape(len(ids), -1)
+            self._matrix = (ids, matrix)
         ids, matrix = self._matrix
         sims = matrix @ np.asarray(query, dtype=np.float32)
         top = np.argpartition(-sims, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
