@@ -41,7 +41,9 @@ class BM25Index(Generic[D]):
     """
 
     def __init__(self) -> None:
-        self._docs: dict[D, Counter[str]] = {}
+        # Plain dicts of strings and numbers only: the garbage collector stops tracking them, so a
+        # large index adds nothing to the pauses of a full collection.
+        self._docs: dict[D, dict[str, int]] = {}
         self._length: dict[D, int] = {}
         self._postings: dict[str, dict[D, float]] = {}
         self._bound: dict[str, float] = {}  # an upper bound of each term's impacts
@@ -59,7 +61,7 @@ class BM25Index(Generic[D]):
         """Index `doc` with its terms, replacing what was indexed under it before."""
         if doc in self._docs:
             self.remove(doc)
-        counts = Counter(doc_terms)
+        counts = dict(Counter(doc_terms))
         length = sum(counts.values())
         self._docs[doc] = counts
         self._length[doc] = length

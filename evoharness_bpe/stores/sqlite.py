@@ -71,7 +71,7 @@ DROP TRIGGER IF EXISTS entries_au;
 DROP TABLE IF EXISTS entries_vocab;
 DROP TABLE IF EXISTS entries_fts;
 """
-_EMBED_BATCH = 64
+_EMBED_BATCH = 256
 
 
 class _Shelf:
@@ -375,14 +375,16 @@ class SQLiteExperienceStore(ExperienceStore):
         if stored is not None and stored[0] != dimension:
             with self.transaction():
                 self._write("DELETE FROM vectors", ())
+        after = -1
         while True:
             with self._reading() as conn:
                 rows = conn.execute(
                     "SELECT e.rowid, e.body FROM entries e LEFT JOIN vectors v ON v.rowid = e.rowid "
-                    "WHERE v.rowid IS NULL LIMIT ?", (_EMBED_BATCH,)
+                    "WHERE v.rowid IS NULL AND e.rowid > ? ORDER BY e.rowid LIMIT ?", (after, _EMBED_BATCH)
                 ).fetchall()
             if not rows:
                 break
+            after = rows[-1][0]
             texts = [entry_text(ExperienceEntry.model_validate_json(body)) for _, body in rows]
             vectors = self.embedder.embed_documents(texts)
             with self.transaction():
