@@ -108,8 +108,8 @@ class SQLiteExperienceStore(ExperienceStore):
     Search runs on an inverted index (`BM25Index`) this process keeps per namespace, built on
     the namespace's first search and then kept current from a log of changes the database
     writes in the same transaction as each change, so writes from other processes are seen on
-    the next search. A search inside this process's open transaction sees that transaction's
-    writes; if the transaction rolls back, the in-process indexes are rebuilt.
+    the next search. A search inside an open transaction also sees that transaction's own
+    writes (scored beside the shared index, which holds committed rows only).
 
     The file records the version of the text processing its terms came from
     (`evoharness_bpe.text.TEXT_VERSION`); a file written under another version (including
@@ -219,6 +219,9 @@ class SQLiteExperienceStore(ExperienceStore):
             if depth == 0:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
+                    # Holding the write lock, nobody else commits until we do: every change up
+                    # to here is committed, every later one is this transaction's own.
+                    self._local.base = conn.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot start a write transaction: {exc}") from exc
             self._local.depth = depth + 1
@@ -239,7 +242,7 @@ class SQLiteExperienceStore(ExperienceStore):
                     raise StoreError(f"cannot commit: {exc}") from exc
 
     def _forget_indexes(self) -> None:
-        # A search inside the transaction may have indexed its writes; start again from the file.
+        # A search inside the transaction left its rows out of the indexes; start again from the file.
         with self._index_lock:
             self._shelves.clear()
 
@@ -320,9 +323,18 @@ class SQLiteExperienceStore(ExperienceStore):
             return []
         vector = self.embedder.embed_query(query) if self.embedder is not None else None
         with self._reading() as conn:
+            # Inside this thread's transaction its own writes are not in the shared indexes (a
+            # rollback would leave them there, and other threads must not see them): they are
+            # read from the change log and scored beside the indexes.
+            base = self._local.base if getattr(self._local, "depth", 0) > 0 else None
+            pending = [] if base is None else conn.execute(
+                "SELECT DISTINCT c.entry, e.terms, v.v FROM changes c LEFT JOIN entries e ON e.rowid = c.entry "
+                "LEFT JOIN vectors v ON v.rowid = c.entry WHERE c.ns = ? AND c.seq > ?", (key, base)
+            ).fetchall()
+            pending = [(rowid, None if t is None else t.split(), blob) for rowid, t, blob in pending]
             with self._index_lock:
-                shelf = self._current(conn, key)
-                ranked = rank(shelf.index, shelf.vectors, wanted, vector, k, self.fusion)
+                shelf = self._current(conn, key, base, {rowid for rowid, _, _ in pending})
+                ranked = rank(shelf.index, shelf.vectors, wanted, vector, k, self.fusion, pending=pending)
             if not ranked:
                 return []
             marks = ",".join("?" * len(ranked))
@@ -331,13 +343,16 @@ class SQLiteExperienceStore(ExperienceStore):
         return [ScoredEntry(entry=ExperienceEntry.model_validate_json(bodies[rowid]), score=score)
                 for rowid, score in ranked if rowid in bodies]
 
-    def _current(self, conn: sqlite3.Connection, key: str) -> _Shelf:
-        """The namespace's index, brought up to date with the change log (under `_index_lock`)."""
-        head = conn.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]
+    def _current(self, conn: sqlite3.Connection, key: str, upto: int | None, skip: set[int]) -> _Shelf:
+        """The namespace's index, brought up to change `upto` (None: the latest), under `_index_lock`.
+
+        Rows in `skip` (the open transaction's own) are not read: their state is not committed.
+        """
+        head = conn.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0] if upto is None else upto
         shelf = self._shelves.get(key)
         if shelf is not None and head != shelf.seq:
             oldest = conn.execute("SELECT coalesce(min(seq), 0) FROM changes").fetchone()[0]
-            if head < shelf.seq or oldest > shelf.seq + 1:  # the log was trimmed (or rolled back) past it
+            if head < shelf.seq or oldest > shelf.seq + 1:  # the log was trimmed past it
                 shelf = None
         if shelf is None:
             shelf = self._shelves[key] = _Shelf(head)
@@ -346,7 +361,8 @@ class SQLiteExperienceStore(ExperienceStore):
                 (key,),
             )
             for rowid, terms_text, blob in rows:
-                shelf.apply(rowid, (terms_text, blob))
+                if rowid not in skip:
+                    shelf.apply(rowid, (terms_text, blob))
             return shelf
         if head == shelf.seq:
             return shelf
@@ -356,7 +372,8 @@ class SQLiteExperienceStore(ExperienceStore):
             (key, shelf.seq, head),
         ).fetchall()
         for rowid, terms_text, blob in changed:
-            shelf.apply(rowid, None if terms_text is None else (terms_text, blob))
+            if rowid not in skip:
+                shelf.apply(rowid, None if terms_text is None else (terms_text, blob))
         shelf.seq = head
         return shelf
 
