@@ -83,7 +83,7 @@ class TestPostgresHybridStore(ExperienceStoreConformance):
     def store(self, postgres_dsn, postgres_table):
         from evoharness_bpe.stores.postgres import PostgresExperienceStore
 
-        store = PostgresExperienceStore(postgres_dsn, table=postgres_table, embedder=KeywordEmbedder(dimensions=512))
+        store = PostgresExperienceStore(postgres_dsn, table=postgres_table, embedder=KeywordEmbedder())
         yield store
         store._conn().execute(f"DROP TABLE {postgres_table}")
         store._conn().execute(f"DROP TABLE {postgres_table}_meta")

@@ -26,10 +26,10 @@ class _Shelf:
         self.vectors: VectorIndex[str] = VectorIndex()
 
     def put(self, entry: ExperienceEntry, vector: list[float] | None) -> None:
+        if vector is not None:  # first: a vector of the wrong dimension is refused before any change
+            self.vectors.add(entry.id, vector)
         self.entries[entry.id] = entry
         self.index.add(entry.id, entry_terms(entry))
-        if vector is not None:
-            self.vectors.add(entry.id, vector)
 
     def drop(self, entry_id: str) -> None:
         self.entries.pop(entry_id)

@@ -182,6 +182,8 @@ class PostgresExperienceStore(ExperienceStore):
             if not rows:
                 return
             vectors = self.embedder.embed_documents([entry_text(ExperienceEntry.model_validate_json(b)) for _, b in rows])
+            if any(len(v) != dimension for v in vectors):
+                raise StoreError(f"the embedder's document vectors do not have its query vectors' {dimension} dimensions")
             with self.transaction():
                 for (entry_id, _), vector in zip(rows, vectors, strict=True):
                     self._execute(f"UPDATE {self.table} SET vec = %s WHERE id = %s", (vector, entry_id))
