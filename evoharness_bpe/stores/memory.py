@@ -18,23 +18,38 @@ from .vectors import VectorIndex
 __all__ = ["MemoryExperienceStore"]
 
 class _Shelf:
-    """One namespace: its entries and their BM25 index."""
+    """One namespace: its entries and their indexes, keyed by the order entries were added in.
+
+    Equal scores are ranked by that order (as the SQLite store ranks them by row), so that two
+    runs that write the same entries recall them alike although their ids are random.
+    """
 
     def __init__(self) -> None:
         self.entries: dict[str, ExperienceEntry] = {}
-        self.index: BM25Index[str] = BM25Index()
-        self.vectors: VectorIndex[str] = VectorIndex()
+        self.index: BM25Index[int] = BM25Index()
+        self.vectors: VectorIndex[int] = VectorIndex()
+        self.seq: dict[str, int] = {}
+        self.ids: dict[int, str] = {}
+        self._next = 0
 
     def put(self, entry: ExperienceEntry, vector: list[float] | None) -> None:
+        seq = self.seq.get(entry.id)
+        if seq is None:
+            seq = self._next
         if vector is not None:  # first: a vector of the wrong dimension is refused before any change
-            self.vectors.add(entry.id, vector)
+            self.vectors.add(seq, vector)
+        if entry.id not in self.seq:
+            self._next += 1
+            self.seq[entry.id], self.ids[seq] = seq, entry.id
         self.entries[entry.id] = entry
-        self.index.add(entry.id, entry_terms(entry))
+        self.index.add(seq, entry_terms(entry))
 
     def drop(self, entry_id: str) -> None:
+        seq = self.seq.pop(entry_id)
+        del self.ids[seq]
         self.entries.pop(entry_id)
-        self.index.remove(entry_id)
-        self.vectors.remove(entry_id)
+        self.index.remove(seq)
+        self.vectors.remove(seq)
 
 
 class MemoryExperienceStore(ExperienceStore):
@@ -111,8 +126,8 @@ class MemoryExperienceStore(ExperienceStore):
                 return []
             best = rank(shelf.index, shelf.vectors, wanted, vector, k, self.fusion)
             return [
-                ScoredEntry(entry=shelf.entries[eid].model_copy(deep=True), score=score)
-                for eid, score in best
+                ScoredEntry(entry=shelf.entries[shelf.ids[seq]].model_copy(deep=True), score=score)
+                for seq, score in best
             ]
 
     def _embed(self, entry: ExperienceEntry) -> list[float] | None:
