@@ -11,7 +11,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from ..embeddings import Embedder, Fusion, as_embedder
-from ..exceptions import StoreError, UserError
+from ..exceptions import StoreError
 from ..text import TEXT_VERSION, query_terms
 from .base import (
     ExperienceEntry,
