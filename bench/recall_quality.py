@@ -192,11 +192,11 @@ def main() -> None:
         tuned, value, top = tune(lessons, dev, embedder)
         rows.append((f"hybrid, tuned on dev (k={tuned.rrf_k}, weight {tuned.semantic_weight}, min sim "
                      f"{tuned.min_similarity})", store_ranking(lessons, test, embedder, tuned)))
-    header = f"{'test split':<64}" + "".join(f"{c[:5] + ' r@3':>11}{'MRR':>6}" for c in [*CLASSES.values(), "all"])
+    header = f"{'test split':<72}" + "".join(f"{c[:5] + ' r@3':>11}{'MRR':>6}" for c in [*CLASSES.values(), "all"])
     print(header)
     for name, ranked in rows:
         s = scores(ranked, test)
-        print(f"{name:<64}" + "".join(f"{s[c][0]:>11.2f}{s[c][1]:>6.2f}" for c in [*CLASSES.values(), "all"]))
+        print(f"{name:<72}" + "".join(f"{s[c][0]:>11.2f}{s[c][1]:>6.2f}" for c in [*CLASSES.values(), "all"]))
     if not args.no_tune:
         print(f"(tuned settings: dev mean of recall@3 and MRR {value:.3f}; the best setting on dev {top:.3f})")
     q_ms = embedder.query_ms
