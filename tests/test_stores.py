@@ -40,7 +40,24 @@ class TestSQLiteHybridStore(ExperienceStoreConformance):
 
     @pytest.fixture
     def store(self, tmp_path):
-        store = SQLiteExperienceStore(tmp_path / "experience.db", embedder=KeywordEmbedder())
+        store = SQLiteExperienceStore(tmp_path / "experience.db", embedder=KeywordEmbedder(), vector_search="python")
+        yield store
+        assert store.integrity_check() == "ok"
+        store.close()
+
+
+class TestSQLiteVecHybridStore(ExperienceStoreConformance):
+    """Hybrid with the vectors scanned by the sqlite-vec extension instead of in process."""
+
+    hybrid = True
+
+    @pytest.fixture
+    def store(self, tmp_path):
+        from evoharness_bpe.stores.sqlite import _sqlite_vec_loads
+
+        if not _sqlite_vec_loads():
+            pytest.skip("sqlite-vec is not installed or this Python's sqlite3 was built without loadable extensions")
+        store = SQLiteExperienceStore(tmp_path / "experience.db", embedder=KeywordEmbedder(), vector_search="sqlite-vec")
         yield store
         assert store.integrity_check() == "ok"
         store.close()

@@ -9,9 +9,10 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Literal
 
-from ..embeddings import Embedder, Fusion, as_embedder
-from ..exceptions import StoreError
+from ..embeddings import Embedder, Fusion, as_embedder, reciprocal_rank_fusion
+from ..exceptions import StoreError, UserError
 from ..text import TEXT_VERSION, query_terms
 from .base import (
     ExperienceEntry,
@@ -117,8 +118,10 @@ class SQLiteExperienceStore(ExperienceStore):
 
     `embedder` (any kind `evoharness_bpe.embeddings.as_embedder` accepts) turns on hybrid
     recall: each entry's unit vector is kept in the ``vectors`` table (little-endian float32,
-    the format of the ``sqlite-vec`` extension) and searched exactly in process; entries
-    written without one are embedded when the store opens.
+    the format of the ``sqlite-vec`` extension); entries written without one are embedded when
+    the store opens. `vector_search` says who scans them: ``"sqlite-vec"`` (the extension's
+    ``vec_distance_cosine`` in SQL), ``"python"`` (in process, numpy when installed), or
+    ``"auto"``: sqlite-vec when it is installed and this Python's sqlite3 can load extensions.
 
     >>> store = SQLiteExperienceStore(":memory:")  # or a path such as "experience.db"
     """
@@ -130,6 +133,7 @@ class SQLiteExperienceStore(ExperienceStore):
         timeout: float = 30.0,
         embedder: object | None = None,
         fusion: Fusion = Fusion(),
+        vector_search: Literal["auto", "sqlite-vec", "python"] = "auto",
     ) -> None:
         self.path = str(path)
         if self.path != ":memory:":
@@ -137,6 +141,14 @@ class SQLiteExperienceStore(ExperienceStore):
         self._timeout = timeout
         self.embedder: Embedder | None = as_embedder(embedder) if embedder is not None else None
         self.fusion = fusion
+        if vector_search not in ("auto", "sqlite-vec", "python"):
+            raise UserError("vector_search is 'auto', 'sqlite-vec' or 'python'")
+        self._sqlite_vec = self.embedder is not None and vector_search != "python" and _sqlite_vec_loads()
+        if vector_search == "sqlite-vec" and not self._sqlite_vec:
+            raise UserError(
+                "vector_search='sqlite-vec' needs an embedder, pip install sqlite-vec, and a Python whose sqlite3 "
+                "can load extensions"
+            )
         self._local = threading.local()
         self._connections: dict[int, sqlite3.Connection] = {}
         self._connections_lock = threading.RLock()  # a finalizer may run while it is held
@@ -163,6 +175,8 @@ class SQLiteExperienceStore(ExperienceStore):
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
+            if self._sqlite_vec:
+                _load_sqlite_vec(conn)
             if not self._prepared:
                 self._prepare(conn)
                 self._prepared = True
@@ -334,7 +348,19 @@ class SQLiteExperienceStore(ExperienceStore):
             pending = [(rowid, None if t is None else t.split(), blob) for rowid, t, blob in pending]
             with self._index_lock:
                 shelf = self._current(conn, key, base, {rowid for rowid, _, _ in pending})
-                ranked = rank(shelf.index, shelf.vectors, wanted, vector, k, self.fusion, pending=pending)
+                if vector is not None and self._sqlite_vec:  # lexical here, vectors in SQL below
+                    ranked = rank(shelf.index, shelf.vectors, wanted, None, max(k, self.fusion.candidates),
+                                  self.fusion, pending=pending)
+                else:
+                    ranked = rank(shelf.index, shelf.vectors, wanted, vector, k, self.fusion, pending=pending)
+            if vector is not None and self._sqlite_vec:
+                # sqlite-vec scans the stored vectors; the connection also sees its own pending rows.
+                similar = conn.execute(
+                    "SELECT v.rowid, 1.0 - vec_distance_cosine(v.v, ?) AS sim FROM vectors v "
+                    "JOIN entries e ON e.rowid = v.rowid WHERE e.ns = ? AND sim >= ? ORDER BY sim DESC, v.rowid LIMIT ?",
+                    (pack(vector), key, self.fusion.min_similarity, max(k, self.fusion.candidates)),
+                ).fetchall()
+                ranked = reciprocal_rank_fusion(ranked, similar, self.fusion)[:k]
             if not ranked:
                 return []
             marks = ",".join("?" * len(ranked))
@@ -361,8 +387,8 @@ class SQLiteExperienceStore(ExperienceStore):
                 (key,),
             )
             for rowid, terms_text, blob in rows:
-                if rowid not in skip:
-                    shelf.apply(rowid, (terms_text, blob))
+                if rowid not in skip:  # with sqlite-vec the vectors stay in the file
+                    shelf.apply(rowid, (terms_text, None if self._sqlite_vec else blob))
             return shelf
         if head == shelf.seq:
             return shelf
@@ -373,7 +399,7 @@ class SQLiteExperienceStore(ExperienceStore):
         ).fetchall()
         for rowid, terms_text, blob in changed:
             if rowid not in skip:
-                shelf.apply(rowid, None if terms_text is None else (terms_text, blob))
+                shelf.apply(rowid, None if terms_text is None else (terms_text, None if self._sqlite_vec else blob))
         shelf.seq = head
         return shelf
 
@@ -430,6 +456,32 @@ class SQLiteExperienceStore(ExperienceStore):
         self._local = threading.local()
         with self._index_lock:
             self._shelves.clear()
+
+
+def _sqlite_vec_loads() -> bool:
+    """Whether the ``sqlite-vec`` extension is installed and this Python's sqlite3 can load it."""
+    try:
+        import sqlite_vec  # noqa: F401
+    except ImportError:
+        return False
+    probe = sqlite3.connect(":memory:")
+    try:
+        _load_sqlite_vec(probe)
+        return True
+    except (AttributeError, sqlite3.Error):  # AttributeError: sqlite3 built without extension loading
+        return False
+    finally:
+        probe.close()
+
+
+def _load_sqlite_vec(conn: sqlite3.Connection) -> None:
+    import sqlite_vec
+
+    conn.enable_load_extension(True)
+    try:
+        sqlite_vec.load(conn)
+    finally:
+        conn.enable_load_extension(False)
 
 
 def _text_version(conn: sqlite3.Connection) -> str | None:
