@@ -59,6 +59,25 @@ class TestOnInMemoryStoreWithIndex(ExperienceStoreConformance):
         yield LangGraphExperienceStore(InMemoryStore(index={"dims": embedder.dimensions, "embed": embedder, "fields": ["text"]}))
 
 
+class TestOnSqliteStoreWithIndex(ExperienceStoreConformance):
+    """LangGraph's SqliteStore with a vector index (sqlite-vec) under the hybrid contract."""
+
+    rolls_back = False  # documented on LangGraphExperienceStore: BaseStore has no transactions
+    hybrid = True
+
+    @pytest.fixture
+    def store(self, tmp_path):
+        conn = sqlite3.connect(tmp_path / "store.db", check_same_thread=False, isolation_level=None)
+        if not hasattr(conn, "enable_load_extension"):
+            conn.close()
+            pytest.skip("this Python's sqlite3 was built without loadable extensions (sqlite-vec)")
+        embedder = KeywordEmbedder()
+        base = SqliteStore(conn, index={"dims": embedder.dimensions, "embed": embedder, "fields": ["text"]})
+        base.setup()
+        yield LangGraphExperienceStore(base)
+        conn.close()
+
+
 def test_semantic_search_uses_the_index() -> None:
     store = LangGraphExperienceStore(InMemoryStore(index={"dims": 64, "embed": _embed, "fields": ["text"]}))
     assert store._semantic
