@@ -156,7 +156,7 @@ def recall(
         )
         for h in hits
     ]
-    ranked.sort(key=lambda s: (-s.score, s.entry.id))
+    ranked.sort(key=lambda s: -s.score)  # stable: equal scores keep the store's order
     return ranked[:k]
 
 

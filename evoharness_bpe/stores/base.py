@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..exceptions import UserError
+from ..text import terms
 
 __all__ = [
     "ExperienceKind",
@@ -33,6 +34,8 @@ __all__ = [
     "validate_namespace",
     "namespace_key",
     "new_entry_id",
+    "entry_terms",
+    "entry_text",
 ]
 
 ExperienceKind = Literal["lesson", "procedure", "pitfall"]
@@ -97,6 +100,16 @@ class ExperienceEntry(BaseModel):
         return (self.wins + 1) / (self.wins + self.losses + 2)
 
 
+def entry_text(entry: ExperienceEntry) -> str:
+    """What a store indexes (and embeds) for an entry: its text, then its tags."""
+    return entry.text + " " + " ".join(entry.tags) if entry.tags else entry.text
+
+
+def entry_terms(entry: ExperienceEntry) -> list[str]:
+    """The terms a store indexes for an entry: those of its text and of its tags."""
+    return terms(entry_text(entry))
+
+
 class ScoredEntry(BaseModel):
     """An entry with the relevance a store's search gave it (higher is better)."""
 
@@ -149,7 +162,9 @@ class ExperienceStore(ABC):
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         """The `k` entries most relevant to `query` (keyword/BM25 or better), best first.
 
-        Entries sharing no term with the query are not returned.
+        Without an embedder, entries sharing no term with the query are not returned. A store
+        given an embedder (hybrid recall) also returns entries whose meaning is close to the
+        query's (cosine similarity at least its `min_similarity`) without a shared term.
         """
 
     @abstractmethod

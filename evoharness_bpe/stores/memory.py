@@ -1,51 +1,55 @@
-"""An in-process experience store with a BM25 inverted index."""
+"""An in-process experience store with a BM25 inverted index (and vectors, given an embedder)."""
 
 from __future__ import annotations
 
-import math
 import threading
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..embeddings import Embedder, Fusion, as_embedder
 from ..exceptions import StoreError
-from ..text import query_terms, terms
-from .base import ExperienceEntry, ExperienceStore, Namespace, ScoredEntry, validate_namespace
+from ..text import query_terms
+from .base import ExperienceEntry, ExperienceStore, Namespace, ScoredEntry, entry_terms, entry_text, validate_namespace
+from .bm25 import BM25Index
+from .hybrid import rank
+from .vectors import VectorIndex
 
 __all__ = ["MemoryExperienceStore"]
 
-_K1 = 1.2
-_B = 0.75
-
-
 class _Shelf:
-    """One namespace: entries, their term counts and the postings of each term."""
+    """One namespace: its entries and their indexes, keyed by the order entries were added in.
+
+    Equal scores are ranked by that order (as the SQLite store ranks them by row), so that two
+    runs that write the same entries recall them alike although their ids are random.
+    """
 
     def __init__(self) -> None:
         self.entries: dict[str, ExperienceEntry] = {}
-        self.doc_terms: dict[str, Counter[str]] = {}
-        self.doc_length: dict[str, int] = {}
-        self.postings: dict[str, set[str]] = defaultdict(set)
-        self.total_length = 0
+        self.index: BM25Index[int] = BM25Index()
+        self.vectors: VectorIndex[int] = VectorIndex()
+        self.seq: dict[str, int] = {}
+        self.ids: dict[int, str] = {}
+        self._next = 0
 
-    def index(self, entry: ExperienceEntry) -> None:
-        counts = Counter(terms(entry.text + " " + " ".join(entry.tags)))
+    def put(self, entry: ExperienceEntry, vector: list[float] | None) -> None:
+        seq = self.seq.get(entry.id)
+        if seq is None:
+            seq = self._next
+        if vector is not None:  # first: a vector of the wrong dimension is refused before any change
+            self.vectors.add(seq, vector)
+        if entry.id not in self.seq:
+            self._next += 1
+            self.seq[entry.id], self.ids[seq] = seq, entry.id
         self.entries[entry.id] = entry
-        self.doc_terms[entry.id] = counts
-        self.doc_length[entry.id] = length = sum(counts.values())
-        self.total_length += length
-        for term in counts:
-            self.postings[term].add(entry.id)
+        self.index.add(seq, entry_terms(entry))
 
-    def unindex(self, entry_id: str) -> None:
+    def drop(self, entry_id: str) -> None:
+        seq = self.seq.pop(entry_id)
+        del self.ids[seq]
         self.entries.pop(entry_id)
-        counts = self.doc_terms.pop(entry_id)
-        self.total_length -= self.doc_length.pop(entry_id)
-        for term in counts:
-            ids = self.postings[term]
-            ids.discard(entry_id)
-            if not ids:
-                del self.postings[term]
+        self.index.remove(seq)
+        self.vectors.remove(seq)
 
 
 class MemoryExperienceStore(ExperienceStore):
@@ -53,20 +57,26 @@ class MemoryExperienceStore(ExperienceStore):
 
     `transaction()` serialises the callers in this process; it does not roll back: writes made
     before an exception inside the block are kept.
+
+    `embedder` (any kind `evoharness_bpe.embeddings.as_embedder` accepts) turns on hybrid
+    recall: BM25 and cosine similarity fused as `fusion` says.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, embedder: object | None = None, fusion: Fusion = Fusion()) -> None:
+        self.embedder: Embedder | None = as_embedder(embedder) if embedder is not None else None
+        self.fusion = fusion
         self._shelves: dict[Namespace, _Shelf] = defaultdict(_Shelf)
         self._owner: dict[str, Namespace] = {}
         self._lock = threading.RLock()
 
     def add(self, namespace: Namespace, entry: ExperienceEntry) -> ExperienceEntry:
         ns = validate_namespace(namespace)
+        vector = self._embed(entry)
         with self._lock:
             if entry.id in self._owner:
                 raise StoreError(f"an entry with id {entry.id!r} already exists")
             stored = entry.model_copy(deep=True)
-            self._shelves[ns].index(stored)
+            self._shelves[ns].put(stored, vector)
             self._owner[entry.id] = ns
             return stored.model_copy(deep=True)
 
@@ -83,8 +93,9 @@ class MemoryExperienceStore(ExperienceStore):
             shelf = self._shelves.get(ns)
             if shelf is None or entry.id not in shelf.entries:
                 raise StoreError(f"no entry {entry.id!r} in namespace {ns!r} to update")
-            shelf.unindex(entry.id)
-            shelf.index(entry.model_copy(deep=True))
+            stored = entry.model_copy(deep=True)
+            same_text = entry_text(shelf.entries[entry.id]) == entry_text(stored)
+            shelf.put(stored, None if same_text else self._embed(stored))
 
     def delete(self, namespace: Namespace, entry_id: str) -> bool:
         ns = validate_namespace(namespace)
@@ -92,7 +103,7 @@ class MemoryExperienceStore(ExperienceStore):
             shelf = self._shelves.get(ns)
             if shelf is None or entry_id not in shelf.entries:
                 return False
-            shelf.unindex(entry_id)
+            shelf.drop(entry_id)
             del self._owner[entry_id]
             return True
 
@@ -108,27 +119,19 @@ class MemoryExperienceStore(ExperienceStore):
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         ns = validate_namespace(namespace)
         wanted = query_terms(query)
+        vector = self.embedder.embed_query(query) if self.embedder is not None and wanted else None
         with self._lock:
             shelf = self._shelves.get(ns)
             if shelf is None or not shelf.entries or not wanted:
                 return []
-            n_docs = len(shelf.entries)
-            avg_len = shelf.total_length / n_docs or 1.0
-            scores: dict[str, float] = defaultdict(float)
-            for term in wanted:
-                ids = shelf.postings.get(term)
-                if not ids:
-                    continue
-                idf = math.log(1 + (n_docs - len(ids) + 0.5) / (len(ids) + 0.5))
-                for entry_id in ids:
-                    tf = shelf.doc_terms[entry_id][term]
-                    norm = _K1 * (1 - _B + _B * shelf.doc_length[entry_id] / avg_len)
-                    scores[entry_id] += idf * tf * (_K1 + 1) / (tf + norm)
-            best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
+            best = rank(shelf.index, shelf.vectors, wanted, vector, k, self.fusion)
             return [
-                ScoredEntry(entry=shelf.entries[eid].model_copy(deep=True), score=score)
-                for eid, score in best
+                ScoredEntry(entry=shelf.entries[shelf.ids[seq]].model_copy(deep=True), score=score)
+                for seq, score in best
             ]
+
+    def _embed(self, entry: ExperienceEntry) -> list[float] | None:
+        return self.embedder.embed_documents([entry_text(entry)])[0] if self.embedder is not None else None
 
     def count(self, namespace: Namespace) -> int:
         ns = validate_namespace(namespace)

@@ -10,6 +10,12 @@ Connections come from a bounded `psycopg_pool.ConnectionPool` (``max_connections
 borrows one per statement, or for a whole `transaction()`, so any number of threads — one per
 request, say — never hold more than ``max_connections`` server connections.
 
+The table's terms come from `evoharness_bpe.text`; a ``<table>_meta`` table records the text
+processing's version, and a table written under another version is re-indexed on open. Given an
+``embedder``, each row also keeps its unit vector in a ``float8[]`` column (plain PostgreSQL: no
+pgvector needed, so it runs on Debian's PostgreSQL 15) and `search` fuses the full-text ranking
+with cosine similarity computed in SQL, an exact scan of the namespace.
+
 Needs ``pip install "evoharness-bpe[postgres]"`` (psycopg 3 and psycopg-pool). Why a direct backend rather than
 the core store on LangGraph's ``PostgresStore``: that store has no keyword index (without an
 embedding index it ignores queries, so every recall would scan the namespace in Python) and no
@@ -24,13 +30,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..embeddings import Embedder, Fusion, as_embedder, reciprocal_rank_fusion
 from ..exceptions import StoreError, UserError
-from ..text import query_terms, terms
+from ..text import TEXT_VERSION, query_terms
 from .base import (
     ExperienceEntry,
     ExperienceStore,
     Namespace,
     ScoredEntry,
+    entry_terms,
+    entry_text,
     namespace_key,
     validate_namespace,
 )
@@ -52,6 +61,8 @@ CREATE TABLE IF NOT EXISTS {table} (
 );
 CREATE INDEX IF NOT EXISTS {table}_tsv ON {table} USING GIN (tsv);
 CREATE INDEX IF NOT EXISTS {table}_ns_updated ON {table} (ns, updated DESC, id DESC);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS vec float8[];
+CREATE TABLE IF NOT EXISTS {table}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -109,12 +120,16 @@ class PostgresExperienceStore(ExperienceStore):
         connect_timeout: int = 10,
         max_connections: int = 10,
         pool_timeout: float = 30.0,
+        embedder: object | None = None,
+        fusion: Fusion = Fusion(),
     ) -> None:
         if not table.replace("_", "").isalnum() or not table[0].isalpha():
             raise UserError(f"table must be a plain SQL identifier, not {table!r}")
         if max_connections < 1:
             raise UserError("max_connections must be at least 1")
         self._psycopg, pool_module = _import_psycopg()
+        self.embedder: Embedder | None = as_embedder(embedder) if embedder is not None else None
+        self.fusion = fusion
         self.dsn = dsn
         self.table = table
         self._local = threading.local()
@@ -136,6 +151,45 @@ class PostgresExperienceStore(ExperienceStore):
             # Concurrent first connections would race on CREATE ... IF NOT EXISTS (the
             # transaction holds the advisory lock).
             self._execute(_schema(table), None)
+            self._reindex_if_needed()
+        if self.embedder is not None:
+            self._backfill_vectors()
+
+    def _reindex_if_needed(self) -> None:
+        """Recompute every row's terms when they came from another version of the text processing."""
+        meta = f"{self.table}_meta"
+        row = self._execute(f"SELECT value FROM {meta} WHERE key = 'text_version'", None).fetchone()
+        if row is not None and row[0] == TEXT_VERSION:
+            return
+        for entry_id, body in self._execute(f"SELECT id, body FROM {self.table}", None).fetchall():
+            entry = ExperienceEntry.model_validate_json(body)
+            self._execute(f"UPDATE {self.table} SET terms = %s WHERE id = %s", (_indexed_terms(entry), entry_id))
+        self._execute(
+            f"INSERT INTO {meta} (key, value) VALUES ('text_version', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            (TEXT_VERSION,),
+        )
+
+    def _backfill_vectors(self) -> None:
+        """Embed the rows without a vector, or with one of another dimension than the embedder's."""
+        assert self.embedder is not None
+        dimension = len(self.embedder.embed_query("dimension probe"))
+        while True:
+            rows = self._execute(
+                f"SELECT id, body FROM {self.table} WHERE vec IS NULL OR cardinality(vec) <> %s LIMIT 64",
+                (dimension,),
+            ).fetchall()
+            if not rows:
+                return
+            vectors = self.embedder.embed_documents([entry_text(ExperienceEntry.model_validate_json(b)) for _, b in rows])
+            if any(len(v) != dimension for v in vectors):
+                raise StoreError(f"the embedder's document vectors do not have its query vectors' {dimension} dimensions")
+            with self.transaction():
+                for (entry_id, _), vector in zip(rows, vectors, strict=True):
+                    self._execute(f"UPDATE {self.table} SET vec = %s WHERE id = %s", (vector, entry_id))
+
+    def _embed(self, entry: ExperienceEntry) -> list[float] | None:
+        return self.embedder.embed_documents([entry_text(entry)])[0] if self.embedder is not None else None
 
     def _conn(self) -> _Statements:
         return _Statements(self)
@@ -188,8 +242,8 @@ class PostgresExperienceStore(ExperienceStore):
     def add(self, namespace: Namespace, entry: ExperienceEntry) -> ExperienceEntry:
         key = namespace_key(validate_namespace(namespace))
         self._execute(
-            f"INSERT INTO {self.table} (id, ns, terms, updated, body) VALUES (%s, %s, %s, %s, %s)",
-            (entry.id, key, _indexed_terms(entry), entry.updated, entry.model_dump_json()),
+            f"INSERT INTO {self.table} (id, ns, terms, updated, body, vec) VALUES (%s, %s, %s, %s, %s, %s)",
+            (entry.id, key, _indexed_terms(entry), entry.updated, entry.model_dump_json(), self._embed(entry)),
         )
         return entry.model_copy(deep=True)
 
@@ -200,9 +254,15 @@ class PostgresExperienceStore(ExperienceStore):
 
     def update(self, namespace: Namespace, entry: ExperienceEntry) -> None:
         key = namespace_key(validate_namespace(namespace))
+        vector = None
+        if self.embedder is not None:
+            old = self.get(namespace, entry.id)
+            if old is not None and entry_text(old) != entry_text(entry):
+                vector = self._embed(entry)
         cur = self._execute(
-            f"UPDATE {self.table} SET terms = %s, updated = %s, body = %s WHERE id = %s AND ns = %s",
-            (_indexed_terms(entry), entry.updated, entry.model_dump_json(), entry.id, key),
+            f"UPDATE {self.table} SET terms = %s, updated = %s, body = %s, vec = coalesce(%s, vec) "
+            "WHERE id = %s AND ns = %s",
+            (_indexed_terms(entry), entry.updated, entry.model_dump_json(), vector, entry.id, key),
         )
         if cur.rowcount == 0:
             raise StoreError(f"no entry {entry.id!r} in namespace {namespace!r} to update")
@@ -225,14 +285,27 @@ class PostgresExperienceStore(ExperienceStore):
         wanted = query_terms(query)
         if not wanted:
             return []
+        if k <= 0:
+            return []
         # Terms are letters and digits only, so joining them with | is a safe tsquery.
         tsquery = " | ".join(wanted)
+        n = k if self.embedder is None else max(k, self.fusion.candidates)
         rows = self._execute(
-            f"SELECT body, ts_rank(tsv, q) AS score FROM {self.table}, to_tsquery('simple', %s) AS q "
+            f"SELECT id, body, ts_rank(tsv, q) AS score FROM {self.table}, to_tsquery('simple', %s) AS q "
             "WHERE ns = %s AND tsv @@ q ORDER BY score DESC, id LIMIT %s",
-            (tsquery, key, k),
+            (tsquery, key, n),
         ).fetchall()
-        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(body), score=float(score)) for body, score in rows]
+        if self.embedder is None:
+            return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=float(s)) for _, b, s in rows]
+        vector = self.embedder.embed_query(query)
+        similar = self._execute(
+            f"SELECT id, body, sim FROM (SELECT id, body, (SELECT sum(a * b) FROM unnest(vec, %s::float8[]) AS t(a, b)) "
+            f"AS sim FROM {self.table} WHERE ns = %s AND vec IS NOT NULL) AS s WHERE sim >= %s ORDER BY sim DESC, id LIMIT %s",
+            (vector, key, self.fusion.min_similarity, n),
+        ).fetchall()
+        bodies = {entry_id: body for entry_id, body, _ in rows + similar}
+        fused = reciprocal_rank_fusion([(i, s) for i, _, s in rows], [(i, s) for i, _, s in similar], self.fusion)
+        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(bodies[i]), score=s) for i, s in fused[:k]]
 
     def count(self, namespace: Namespace) -> int:
         key = namespace_key(validate_namespace(namespace))
@@ -244,4 +317,4 @@ class PostgresExperienceStore(ExperienceStore):
 
 
 def _indexed_terms(entry: ExperienceEntry) -> str:
-    return " ".join(terms(entry.text + " " + " ".join(entry.tags)))
+    return " ".join(entry_terms(entry))

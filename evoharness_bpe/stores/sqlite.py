@@ -1,31 +1,37 @@
-"""An experience store in one SQLite file: FTS5 BM25 search, WAL, safe across processes."""
+"""An experience store in one SQLite file: in-process BM25 (and vector) search, WAL, safe across processes."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
-import math
 import threading
-import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Literal
 
+from ..embeddings import Embedder, Fusion, as_embedder, reciprocal_rank_fusion
 from ..exceptions import StoreError, UserError
-from ..text import query_terms, terms
+from ..text import TEXT_VERSION, query_terms
 from .base import (
     ExperienceEntry,
     ExperienceStore,
     Namespace,
     ScoredEntry,
+    entry_terms,
+    entry_text,
     namespace_key,
     validate_namespace,
 )
+from .bm25 import BM25Index
+from .hybrid import rank
+from .vectors import VectorIndex, pack
 
 __all__ = ["SQLiteExperienceStore"]
 
-_SCHEMA = """
+_TABLES = """
 CREATE TABLE IF NOT EXISTS entries (
     rowid INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -35,50 +41,61 @@ CREATE TABLE IF NOT EXISTS entries (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_ns_updated ON entries(ns, updated DESC, id DESC);
-CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(
-    terms, content='entries', content_rowid='rowid', tokenize='unicode61'
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS entries_vocab USING fts5vocab(entries_fts, 'row');
-CREATE TRIGGER IF NOT EXISTS entries_ai AFTER INSERT ON entries BEGIN
-    INSERT INTO entries_fts(rowid, terms) VALUES (new.rowid, new.terms);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT NOT NULL, entry INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS changes_ns_seq ON changes(ns, seq);
+CREATE TABLE IF NOT EXISTS vectors (rowid INTEGER PRIMARY KEY, v BLOB NOT NULL);
+"""
+
+# Every write to `entries` is logged in `changes`, so each process's in-memory index applies
+# what other connections committed since it last looked. The log keeps its last _LOG_KEEP rows;
+# an index older than that rebuilds.
+_LOG_KEEP = 100_000
+_TRIGGERS = f"""
+CREATE TRIGGER IF NOT EXISTS entries_log_ai AFTER INSERT ON entries BEGIN
+    INSERT INTO changes(ns, entry) VALUES (new.ns, new.rowid);
+    DELETE FROM changes WHERE seq <= (SELECT max(seq) FROM changes) - {_LOG_KEEP};
 END;
-CREATE TRIGGER IF NOT EXISTS entries_ad AFTER DELETE ON entries BEGIN
-    INSERT INTO entries_fts(entries_fts, rowid, terms) VALUES ('delete', old.rowid, old.terms);
+CREATE TRIGGER IF NOT EXISTS entries_log_au AFTER UPDATE ON entries BEGIN
+    INSERT INTO changes(ns, entry) VALUES (new.ns, new.rowid);
 END;
-CREATE TRIGGER IF NOT EXISTS entries_au AFTER UPDATE ON entries BEGIN
-    INSERT INTO entries_fts(entries_fts, rowid, terms) VALUES ('delete', old.rowid, old.terms);
-    INSERT INTO entries_fts(rowid, terms) VALUES (new.rowid, new.terms);
+CREATE TRIGGER IF NOT EXISTS entries_log_ad AFTER DELETE ON entries BEGIN
+    INSERT INTO changes(ns, entry) VALUES (old.ns, old.rowid);
+    DELETE FROM vectors WHERE rowid = old.rowid;
 END;
 """
 
-_COMMON_FLOOR = 500  # a term is common when in more than this many entries and the given fraction
-_DF_TTL_S = 300.0
-_CANDIDATES = 100
-_K1, _B = 1.2, 0.75  # FTS5's BM25 constants
-
-_SEARCH_SQL = (
-    "SELECT {columns} FROM ("
-    "  SELECT rowid, bm25(entries_fts) AS s FROM entries_fts WHERE entries_fts MATCH ? ORDER BY s, rowid LIMIT ?"
-    ") AS hit JOIN entries e ON e.rowid = hit.rowid WHERE e.ns = ? ORDER BY hit.s, hit.rowid"
-)
-
-
-def _match(indexed_terms: list[str]) -> str:
-    # Terms are letters and digits only, so quoting them is enough to escape FTS5 syntax.
-    return " OR ".join(f'"{t}"' for t in indexed_terms)
+# What stores written before TEXT_VERSION existed kept: an FTS5 index over namespace-prefixed terms.
+_LEGACY = """
+DROP TRIGGER IF EXISTS entries_ai;
+DROP TRIGGER IF EXISTS entries_ad;
+DROP TRIGGER IF EXISTS entries_au;
+DROP TABLE IF EXISTS entries_vocab;
+DROP TABLE IF EXISTS entries_fts;
+"""
+_EMBED_BATCH = 256
 
 
-def _ns_prefix(key: str) -> str:
-    # Every indexed term carries a fixed-length hash of its namespace, so each namespace has
-    # posting lists of its own: a search touches only its namespace's documents.
-    import hashlib  # deferred: only stores that read or write need it
+class _Shelf:
+    """One namespace's search index in this process, current up to change `seq`."""
 
-    return "n" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+    __slots__ = ("index", "vectors", "seq")
 
+    def __init__(self, seq: int) -> None:
+        self.index: BM25Index[int] = BM25Index()
+        self.vectors: VectorIndex[int] = VectorIndex()
+        self.seq = seq
 
-def _indexed_terms(key: str, entry: ExperienceEntry) -> str:
-    prefix = _ns_prefix(key)
-    return " ".join(prefix + t for t in terms(entry.text + " " + " ".join(entry.tags)))
+    def apply(self, rowid: int, row: tuple[str, bytes | None] | None) -> None:
+        if row is None:
+            self.index.remove(rowid)
+            self.vectors.remove(rowid)
+            return
+        self.index.add(rowid, row[0].split())
+        if row[1] is not None:
+            self.vectors.add(rowid, row[1])
+        else:
+            self.vectors.remove(rowid)
 
 
 class SQLiteExperienceStore(ExperienceStore):
@@ -86,38 +103,72 @@ class SQLiteExperienceStore(ExperienceStore):
 
     Each thread gets its own connection, closed when the thread ends (so a server that runs
     each request in a new thread keeps a bounded number of files open); the file runs in WAL
-    mode so readers never block the writer, and `transaction()` takes SQLite's write lock up front (``BEGIN IMMEDIATE``) so that
-    concurrent consolidations from several processes serialise instead of interleaving.
+    mode so readers never block the writer, and `transaction()` takes SQLite's write lock up
+    front (``BEGIN IMMEDIATE``) so that concurrent consolidations from several processes
+    serialise instead of interleaving.
 
-    `common_term_fraction`: in a large namespace, query terms found in more than this fraction
-    of its entries only re-rank the candidates the rarer terms find (see `search`). Lower is
-    faster and less exact: at 100,000 lessons, 0.02 kept 95% of exact BM25's top 3 and 0.01 85%
-    (docs/benchmarks.md); 1.0 disables it.
+    Search runs on an inverted index (`BM25Index`) this process keeps per namespace, built on
+    the namespace's first search and then kept current from a log of changes the database
+    writes in the same transaction as each change, so writes from other processes are seen on
+    the next search. A search inside an open transaction also sees that transaction's own
+    writes (scored beside the shared index, which holds committed rows only).
+
+    The file records the version of the text processing its terms came from
+    (`evoharness_bpe.text.TEXT_VERSION`); a file written under another version (including
+    the FTS5 files of earlier releases) is re-indexed when opened.
+
+    `embedder` (any kind `evoharness_bpe.embeddings.as_embedder` accepts) turns on hybrid
+    recall: each entry's unit vector is kept in the ``vectors`` table (little-endian float32,
+    the format of the ``sqlite-vec`` extension); entries written without one are embedded when
+    the store opens. `vector_search` says who scans them: ``"sqlite-vec"`` (the extension's
+    ``vec_distance_cosine`` in SQL, keeping no copy in memory), ``"python"`` (in process, a
+    numpy matrix product when numpy is installed), or ``"auto"``: numpy when installed, else
+    sqlite-vec when it is installed and this Python's sqlite3 can load extensions.
 
     >>> store = SQLiteExperienceStore(":memory:")  # or a path such as "experience.db"
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, timeout: float = 30.0, common_term_fraction: float = 0.02
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        embedder: object | None = None,
+        fusion: Fusion = Fusion(),
+        vector_search: Literal["auto", "sqlite-vec", "python"] = "auto",
     ) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        if not 0.0 < common_term_fraction <= 1.0:
-            raise UserError("common_term_fraction must be in (0, 1]")
         self._timeout = timeout
-        self._common_fraction = common_term_fraction
+        self.embedder: Embedder | None = as_embedder(embedder) if embedder is not None else None
+        self.fusion = fusion
+        if vector_search not in ("auto", "sqlite-vec", "python"):
+            raise UserError("vector_search is 'auto', 'sqlite-vec' or 'python'")
+        # auto: numpy's matrix product when numpy is there (about 4x faster than sqlite-vec's scan
+        # at 20,000 lessons, docs/benchmarks.md), else sqlite-vec, else a pure-Python scan.
+        wants_vec = vector_search == "sqlite-vec" or (vector_search == "auto" and importlib.util.find_spec("numpy") is None)
+        self._sqlite_vec = self.embedder is not None and wants_vec and _sqlite_vec_loads()
+        if vector_search == "sqlite-vec" and not self._sqlite_vec:
+            raise UserError(
+                "vector_search='sqlite-vec' needs an embedder, pip install sqlite-vec, and a Python whose sqlite3 "
+                "can load extensions"
+            )
         self._local = threading.local()
         self._connections: dict[int, sqlite3.Connection] = {}
         self._connections_lock = threading.RLock()  # a finalizer may run while it is held
         self._shared_memory_lock = threading.RLock()
-        self._df_cache: dict[str, tuple[int, float]] = {}
+        self._index_lock = threading.RLock()
+        self._shelves: dict[str, _Shelf] = {}
+        self._prepared = False
         if self.path == ":memory:":
             # One in-memory database must be one connection, shared under a lock.
             self._memory_conn: sqlite3.Connection | None = self._open()
         else:
             self._memory_conn = None
             self._conn()
+        if self.embedder is not None:
+            self._backfill_vectors()
 
     # -- connections -------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -129,12 +180,44 @@ class SQLiteExperienceStore(ExperienceStore):
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.executescript(_SCHEMA)
+            if self._sqlite_vec:
+                _load_sqlite_vec(conn)
+            if not self._prepared:
+                self._prepare(conn)
+                self._prepared = True
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite experience store {self.path!r}: {exc}") from exc
         with self._connections_lock:
             self._connections[id(conn)] = conn
         return conn
+
+    @staticmethod
+    def _prepare(conn: sqlite3.Connection) -> None:
+        """Create the schema, re-indexing a file whose terms came from other text processing."""
+        conn.executescript(_TABLES)
+        if _text_version(conn) == TEXT_VERSION:
+            conn.executescript(_TRIGGERS)
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if _text_version(conn) != TEXT_VERSION:  # another process may have done it meanwhile
+                for statement in _LEGACY.split(";"):  # not executescript: it would commit first
+                    if statement.strip():
+                        conn.execute(statement)
+                rows = conn.execute("SELECT rowid, body FROM entries").fetchall()
+                conn.executemany(
+                    "UPDATE entries SET terms = ? WHERE rowid = ?",
+                    ((" ".join(entry_terms(ExperienceEntry.model_validate_json(b))), r) for r, b in rows),
+                )
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('text_version', ?)", (TEXT_VERSION,)
+                )
+            conn.execute("COMMIT")
+            conn.executescript(_TRIGGERS)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _conn(self) -> sqlite3.Connection:
         if self._memory_conn is not None:
@@ -155,6 +238,9 @@ class SQLiteExperienceStore(ExperienceStore):
             if depth == 0:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
+                    # Holding the write lock, nobody else commits until we do: every change up
+                    # to here is committed, every later one is this transaction's own.
+                    self._local.base = conn.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot start a write transaction: {exc}") from exc
             self._local.depth = depth + 1
@@ -164,13 +250,20 @@ class SQLiteExperienceStore(ExperienceStore):
                 self._local.depth = depth
                 if depth == 0:
                     conn.execute("ROLLBACK")
+                    self._forget_indexes()
                 raise
             self._local.depth = depth
             if depth == 0:
                 try:
                     conn.execute("COMMIT")
                 except sqlite3.Error as exc:
+                    self._forget_indexes()
                     raise StoreError(f"cannot commit: {exc}") from exc
+
+    def _forget_indexes(self) -> None:
+        # A search inside the transaction left its rows out of the indexes; start again from the file.
+        with self._index_lock:
+            self._shelves.clear()
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -192,10 +285,14 @@ class SQLiteExperienceStore(ExperienceStore):
     # -- contract ----------------------------------------------------------------------------
     def add(self, namespace: Namespace, entry: ExperienceEntry) -> ExperienceEntry:
         key = namespace_key(validate_namespace(namespace))
-        self._write(
-            "INSERT INTO entries(id, ns, terms, updated, body) VALUES (?, ?, ?, ?, ?)",
-            (entry.id, key, _indexed_terms(key, entry), entry.updated, entry.model_dump_json()),
-        )
+        vector = self._embed(entry)
+        with self.transaction():
+            cur = self._write(
+                "INSERT INTO entries(id, ns, terms, updated, body) VALUES (?, ?, ?, ?, ?)",
+                (entry.id, key, " ".join(entry_terms(entry)), entry.updated, entry.model_dump_json()),
+            )
+            if vector is not None:
+                self._write("INSERT OR REPLACE INTO vectors(rowid, v) VALUES (?, ?)", (cur.lastrowid, vector))
         return entry.model_copy(deep=True)
 
     def get(self, namespace: Namespace, entry_id: str) -> ExperienceEntry | None:
@@ -206,12 +303,23 @@ class SQLiteExperienceStore(ExperienceStore):
 
     def update(self, namespace: Namespace, entry: ExperienceEntry) -> None:
         key = namespace_key(validate_namespace(namespace))
-        cur = self._write(
-            "UPDATE entries SET terms = ?, updated = ?, body = ? WHERE id = ? AND ns = ?",
-            (_indexed_terms(key, entry), entry.updated, entry.model_dump_json(), entry.id, key),
-        )
-        if cur.rowcount == 0:
-            raise StoreError(f"no entry {entry.id!r} in namespace {namespace!r} to update")
+        vector = None
+        if self.embedder is not None:
+            old = self.get(namespace, entry.id)
+            if old is not None and entry_text(old) != entry_text(entry):
+                vector = self._embed(entry)  # outside the write lock: embedding may be slow
+        with self.transaction():
+            cur = self._write(
+                "UPDATE entries SET terms = ?, updated = ?, body = ? WHERE id = ? AND ns = ?",
+                (" ".join(entry_terms(entry)), entry.updated, entry.model_dump_json(), entry.id, key),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no entry {entry.id!r} in namespace {namespace!r} to update")
+            if vector is not None:
+                self._write(
+                    "INSERT OR REPLACE INTO vectors(rowid, v) SELECT rowid, ? FROM entries WHERE id = ?",
+                    (vector, entry.id),
+                )
 
     def delete(self, namespace: Namespace, entry_id: str) -> bool:
         key = namespace_key(validate_namespace(namespace))
@@ -230,76 +338,110 @@ class SQLiteExperienceStore(ExperienceStore):
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         key = namespace_key(validate_namespace(namespace))
         wanted = query_terms(query)
-        if not wanted:
+        if not wanted or k <= 0:
             return []
-        prefix = _ns_prefix(key)
-        indexed = [prefix + t for t in wanted]
+        vector = self.embedder.embed_query(query) if self.embedder is not None else None
         with self._reading() as conn:
-            rare, freq, total, avg_len = self._split_common(conn, key, indexed)
-            if len(rare) == len(indexed):
-                rows = conn.execute(_SEARCH_SQL.format(columns="e.body, hit.s"), (_match(indexed), k, key)).fetchall()
-                return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=-s) for b, s in rows]
-            rows = conn.execute(
-                _SEARCH_SQL.format(columns="hit.rowid, e.terms, e.body"), (_match(rare), max(8 * k, _CANDIDATES), key)
+            # Inside this thread's transaction its own writes are not in the shared indexes (a
+            # rollback would leave them there, and other threads must not see them): they are
+            # read from the change log and scored beside the indexes.
+            base = self._local.base if getattr(self._local, "depth", 0) > 0 else None
+            pending = [] if base is None else conn.execute(
+                "SELECT DISTINCT c.entry, e.terms, v.v FROM changes c LEFT JOIN entries e ON e.rowid = c.entry "
+                "LEFT JOIN vectors v ON v.rowid = c.entry WHERE c.ns = ? AND c.seq > ?", (key, base)
             ).fetchall()
-        # Candidates come from the rare terms alone; rank them by BM25 over every query term.
-        # Cached counts may be stale by different amounts: keep N at least every term's frequency.
-        total = max(total, *freq.values())
-        idf = {t: max(math.log((total - freq[t] + 0.5) / (freq[t] + 0.5)), 1e-6) for t in indexed}
-        scored = []
-        for rowid, indexed_terms, body in rows:
-            doc = indexed_terms.split()
-            norm = _K1 * (1 - _B + _B * len(doc) / avg_len)
-            score = 0.0
-            for t in indexed:
-                tf = doc.count(t)
-                if tf:
-                    score += idf[t] * tf * (_K1 + 1) / (tf + norm)
-            scored.append((-score, rowid, body))
-        scored.sort()
-        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(b), score=-neg) for neg, _, b in scored[:k]]
+            pending = [(rowid, None if t is None else t.split(), blob) for rowid, t, blob in pending]
+            with self._index_lock:
+                shelf = self._current(conn, key, base, {rowid for rowid, _, _ in pending})
+                if vector is not None and self._sqlite_vec:  # lexical here, vectors in SQL below
+                    ranked = rank(shelf.index, shelf.vectors, wanted, None, max(k, self.fusion.candidates),
+                                  self.fusion, pending=pending)
+                else:
+                    ranked = rank(shelf.index, shelf.vectors, wanted, vector, k, self.fusion, pending=pending)
+            if vector is not None and self._sqlite_vec:
+                # sqlite-vec scans the stored vectors; the connection also sees its own pending rows.
+                similar = conn.execute(
+                    "SELECT v.rowid, 1.0 - vec_distance_cosine(v.v, ?) AS sim FROM vectors v "
+                    "JOIN entries e ON e.rowid = v.rowid WHERE e.ns = ? AND sim >= ? ORDER BY sim DESC, v.rowid LIMIT ?",
+                    (pack(vector), key, self.fusion.min_similarity, max(k, self.fusion.candidates)),
+                ).fetchall()
+                ranked = reciprocal_rank_fusion(ranked, similar, self.fusion)[:k]
+            if not ranked:
+                return []
+            marks = ",".join("?" * len(ranked))
+            bodies = dict(conn.execute(f"SELECT rowid, body FROM entries WHERE rowid IN ({marks})",
+                                       [rowid for rowid, _ in ranked]).fetchall())
+        return [ScoredEntry(entry=ExperienceEntry.model_validate_json(bodies[rowid]), score=score)
+                for rowid, score in ranked if rowid in bodies]
 
-    def _split_common(
-        self, conn: sqlite3.Connection, key: str, indexed: list[str]
-    ) -> tuple[list[str], dict[str, int], int, float]:
-        """The query terms that are not very common in the namespace, and the statistics used.
+    def _current(self, conn: sqlite3.Connection, key: str, upto: int | None, skip: set[int]) -> _Shelf:
+        """The namespace's index, brought up to change `upto` (None: the latest), under `_index_lock`.
 
-        FTS5 scores every entry that contains any query term, so a term found in thousands of
-        entries dominates the cost of a search while it adds little to BM25 (its IDF is low).
-        Such terms are left out of the full-text match and only used to re-rank the candidates
-        the rarer terms find. Document frequencies are cached for a few minutes; namespaces
-        with fewer than a few thousand entries are never split.
+        Rows in `skip` (the open transaction's own) are not read: their state is not committed.
         """
-        now = time.monotonic()
-        total = self._cached("#" + key, now, lambda: conn.execute("SELECT count(*) FROM entries WHERE ns = ?", (key,)).fetchone()[0])
-        limit = max(_COMMON_FLOOR, int(total * self._common_fraction))
-        if len(indexed) < 2 or total <= limit:
-            return indexed, {}, total, 1.0
-        freq = {
-            t: self._cached(t, now, lambda t=t: (conn.execute("SELECT doc FROM entries_vocab WHERE term = ?", (t,)).fetchone() or (0,))[0])
-            for t in indexed
-        }
-        rare = [t for t in indexed if freq[t] <= limit] or sorted(indexed, key=freq.__getitem__)[:2]
-        if len(rare) == len(indexed):
-            return indexed, freq, total, 1.0
-        avg_len = self._cached(
-            "@" + key,
-            now,
-            lambda: conn.execute(
-                "SELECT avg(length(terms) - length(replace(terms, ' ', '')) + 1) FROM entries WHERE ns = ?", (key,)
-            ).fetchone()[0] * 1000,
-        ) / 1000
-        return rare, freq, total, max(avg_len, 1.0)
+        head = conn.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0] if upto is None else upto
+        shelf = self._shelves.get(key)
+        if shelf is not None and head != shelf.seq:
+            oldest = conn.execute("SELECT coalesce(min(seq), 0) FROM changes").fetchone()[0]
+            if head < shelf.seq or oldest > shelf.seq + 1:  # the log was trimmed past it
+                shelf = None
+        if shelf is None:
+            shelf = self._shelves[key] = _Shelf(head)
+            rows = conn.execute(
+                "SELECT e.rowid, e.terms, v.v FROM entries e LEFT JOIN vectors v ON v.rowid = e.rowid WHERE e.ns = ?",
+                (key,),
+            )
+            for rowid, terms_text, blob in rows:
+                if rowid not in skip:  # with sqlite-vec the vectors stay in the file
+                    shelf.apply(rowid, (terms_text, None if self._sqlite_vec else blob))
+            return shelf
+        if head == shelf.seq:
+            return shelf
+        changed = conn.execute(
+            "SELECT DISTINCT c.entry, e.terms, v.v FROM changes c LEFT JOIN entries e ON e.rowid = c.entry "
+            "LEFT JOIN vectors v ON v.rowid = c.entry WHERE c.ns = ? AND c.seq > ? AND c.seq <= ?",
+            (key, shelf.seq, head),
+        ).fetchall()
+        for rowid, terms_text, blob in changed:
+            if rowid not in skip:
+                shelf.apply(rowid, None if terms_text is None else (terms_text, None if self._sqlite_vec else blob))
+        shelf.seq = head
+        return shelf
 
-    def _cached(self, name: str, now: float, compute: Callable[[], float]) -> int:
-        hit = self._df_cache.get(name)
-        if hit is not None and now - hit[1] < _DF_TTL_S:
-            return hit[0]
-        value = int(compute())
-        if len(self._df_cache) > 50_000:
-            self._df_cache.clear()
-        self._df_cache[name] = (value, now)
-        return value
+    # -- vectors -----------------------------------------------------------------------------
+    def _embed(self, entry: ExperienceEntry) -> bytes | None:
+        if self.embedder is None:
+            return None
+        return pack(self.embedder.embed_documents([entry_text(entry)])[0])
+
+    def _backfill_vectors(self) -> None:
+        """Embed the entries that have no vector, or one of another dimension than the embedder's."""
+        assert self.embedder is not None
+        dimension = str(len(self.embedder.embed_query("dimension probe")))
+        with self._reading() as conn:
+            stored = conn.execute("SELECT value FROM meta WHERE key = 'vector_dimension'").fetchone()
+        if stored is not None and stored[0] != dimension:
+            with self.transaction():
+                self._write("DELETE FROM vectors", ())
+        after = -1
+        while True:
+            with self._reading() as conn:
+                rows = conn.execute(
+                    "SELECT e.rowid, e.body FROM entries e LEFT JOIN vectors v ON v.rowid = e.rowid "
+                    "WHERE v.rowid IS NULL AND e.rowid > ? ORDER BY e.rowid LIMIT ?", (after, _EMBED_BATCH)
+                ).fetchall()
+            if not rows:
+                break
+            after = rows[-1][0]
+            texts = [entry_text(ExperienceEntry.model_validate_json(body)) for _, body in rows]
+            vectors = self.embedder.embed_documents(texts)
+            with self.transaction():
+                for (rowid, _), vector in zip(rows, vectors):
+                    self._write("INSERT OR REPLACE INTO vectors(rowid, v) VALUES (?, ?)", (rowid, pack(vector)))
+                    # Log it so that every process's index picks the vector up.
+                    self._write("UPDATE entries SET rowid = rowid WHERE rowid = ?", (rowid,))
+        with self.transaction():
+            self._write("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_dimension', ?)", (dimension,))
 
     def count(self, namespace: Namespace) -> int:
         key = namespace_key(validate_namespace(namespace))
@@ -307,11 +449,9 @@ class SQLiteExperienceStore(ExperienceStore):
             return conn.execute("SELECT count(*) FROM entries WHERE ns = ?", (key,)).fetchone()[0]
 
     def integrity_check(self) -> str:
-        """SQLite's ``PRAGMA integrity_check`` plus the FTS index check; ``"ok"`` when sound."""
+        """SQLite's ``PRAGMA integrity_check``; ``"ok"`` when sound."""
         with self._reading() as conn:
-            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
-            conn.execute("INSERT INTO entries_fts(entries_fts, rank) VALUES ('integrity-check', 1)")
-        return result
+            return conn.execute("PRAGMA integrity_check").fetchone()[0]
 
     def close(self) -> None:
         with self._connections_lock:
@@ -319,6 +459,39 @@ class SQLiteExperienceStore(ExperienceStore):
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
+        with self._index_lock:
+            self._shelves.clear()
+
+
+def _sqlite_vec_loads() -> bool:
+    """Whether the ``sqlite-vec`` extension is installed and this Python's sqlite3 can load it."""
+    try:
+        import sqlite_vec  # noqa: F401
+    except ImportError:
+        return False
+    probe = sqlite3.connect(":memory:")
+    try:
+        _load_sqlite_vec(probe)
+        return True
+    except (AttributeError, sqlite3.Error):  # AttributeError: sqlite3 built without extension loading
+        return False
+    finally:
+        probe.close()
+
+
+def _load_sqlite_vec(conn: sqlite3.Connection) -> None:
+    import sqlite_vec
+
+    conn.enable_load_extension(True)
+    try:
+        sqlite_vec.load(conn)
+    finally:
+        conn.enable_load_extension(False)
+
+
+def _text_version(conn: sqlite3.Connection) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'text_version'").fetchone()
+    return row[0] if row else None
 
 
 class _Held:

@@ -14,7 +14,9 @@ The suite checks the raw contract (add/get/update/delete/list/search/count, name
 isolation, transactions), its async twins (aadd/aget/aupdate/adelete/alist/asearch/acount) and
 the behaviours built on it (consolidation, supersedes, decay, the cap, credit). A backend whose
 ``transaction()`` does not roll back sets ``rolls_back = False`` on its subclass; nothing in the
-suite is skipped.
+suite is skipped. A subclass whose store was given an embedder (hybrid recall) sets
+``hybrid = True``; build it with `evoharness_bpe.testing.embedders.KeywordEmbedder`, whose
+synonyms the paraphrase tests rely on.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class ExperienceStoreConformance:
     serialises its callers (no rollback) declares ``rolls_back = False`` and documents it; the
     suite then asserts that the writes made before the error are kept, so neither behaviour can
     change unnoticed."""
+
+    hybrid: bool = False
+    """Whether the store was given an embedder (a `KeywordEmbedder`): then a paraphrase that
+    shares no word with an entry finds it; without one it must not."""
 
     @pytest.fixture
     def store(self) -> ExperienceStore:  # pragma: no cover - overridden by each backend
@@ -205,6 +211,36 @@ class ExperienceStoreConformance:
         for t in threads:
             t.join()
         assert store.count(NS) == 100
+
+    def test_word_families_match(self, store: ExperienceStore) -> None:
+        phones = store.add(NS, ExperienceEntry(text="Customer phones must be written with a country code"))
+        retries = store.add(NS, ExperienceEntry(text="Retries of failed processes double the statuses logged"))
+        store.add(NS, ExperienceEntry(text="Weekly report goes to the finance team"))
+        assert [h.entry.id for h in store.search(NS, "phone")] == [phones.id]
+        for query in ["retry", "process", "status"]:
+            assert [h.entry.id for h in store.search(NS, query)] == [retries.id], query
+
+    def test_paraphrase_matches_the_declared_capability(self, store: ExperienceStore) -> None:
+        meant = store.add(NS, ExperienceEntry(text="phone numbers need a country code"))
+        store.add(NS, ExperienceEntry(text="The weather was sunny"))
+        query = "the API refuses telephone entries lacking a dialling prefix"  # no word in common
+        hits = store.search(NS, query)
+        if self.hybrid:
+            assert [h.entry.id for h in hits] == [meant.id]
+            assert hits[0].score > 0
+            assert store.search(OTHER, query) == []
+            store.delete(NS, meant.id)
+            assert store.search(NS, query) == []
+        else:
+            assert hits == []
+
+    def test_hybrid_ranks_lexical_and_semantic_matches(self, store: ExperienceStore) -> None:
+        exact = store.add(NS, ExperienceEntry(text="Wait for retry-after when the rate limit hits"))
+        paraphrase = store.add(NS, ExperienceEntry(text="Sleep before the next call once throttled"))
+        store.add(NS, ExperienceEntry(text="Invoices are due at the end of the month"))
+        ids = [h.entry.id for h in store.search(NS, "wait when rate limited", k=5)]
+        assert ids[0] == exact.id
+        assert ids == ([exact.id, paraphrase.id] if self.hybrid else [exact.id])
 
     # -- async twins -------------------------------------------------------------------------
     def test_async_twins_match_the_sync_contract(self, store: ExperienceStore) -> None:

@@ -5,28 +5,34 @@ experience of ``("acme", "crm")`` sits next to the application's own data in the
 `InMemoryStore`, `SqliteStore` or `PostgresStore`. LangGraph labels cannot contain ``.`` and a
 prefix search also returns sub-namespaces, so segments are percent-encoded reversibly and every
 read keeps the exact namespace only. Without an embedding index `BaseStore.search` ignores the
-query, so relevance is BM25 over the namespace's entries (the core's term extraction); with an
-index configured, the store's semantic score ranks the entries that share a term with the query.
+query, so relevance is BM25 over the namespace's entries (the core's term extraction and BM25
+index); with an index configured, that ranking is fused (reciprocal rank fusion, as the core
+stores do with an embedder) with the store's own semantic ranking.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from evoharness_bpe.embeddings import Fusion, reciprocal_rank_fusion
 from evoharness_bpe.exceptions import StoreError, UserError
-from evoharness_bpe.stores.base import ExperienceEntry, ExperienceStore, Namespace, ScoredEntry, validate_namespace
-from evoharness_bpe.text import terms
+from evoharness_bpe.stores.base import (
+    ExperienceEntry,
+    ExperienceStore,
+    Namespace,
+    ScoredEntry,
+    entry_terms,
+    validate_namespace,
+)
+from evoharness_bpe.stores.bm25 import BM25Index
+from evoharness_bpe.text import query_terms
 from langgraph.store.base import BaseStore
 
 __all__ = ["LangGraphExperienceStore", "encode_label", "decode_label"]
 
-_K1 = 1.2
-_B = 0.75
 _PAGE = 500
 _LEAF = "entries"
 
@@ -55,13 +61,14 @@ class LangGraphExperienceStore(ExperienceStore):
     namespace.
     """
 
-    def __init__(self, store: BaseStore, *, prefix: Sequence[str] = ("evoharness",)) -> None:
+    def __init__(self, store: BaseStore, *, prefix: Sequence[str] = ("evoharness",), fusion: Fusion = Fusion()) -> None:
         if not isinstance(store, BaseStore):
             raise UserError(f"LangGraphExperienceStore needs a langgraph BaseStore, got {type(store).__name__}")
         self.store = store
         self.prefix = tuple(encode_label(p) for p in validate_namespace(prefix))
         self._lock = threading.RLock()
         self._semantic = getattr(store, "index_config", None) is not None
+        self.fusion = fusion
 
     # -- namespaces --------------------------------------------------------------------------
     def _ns(self, namespace: Namespace) -> tuple[str, ...]:
@@ -138,51 +145,31 @@ class LangGraphExperienceStore(ExperienceStore):
 
     def search(self, namespace: Namespace, query: str, *, k: int = 10) -> list[ScoredEntry]:
         ns = self._ns(namespace)
-        query_terms = set(terms(query))
-        if not query_terms or k <= 0:
+        wanted = query_terms(query)
+        if not wanted or k <= 0:
             return []
-        if self._semantic:
-            return self._semantic_search(ns, query, query_terms, k)
         with self._lock:
-            entries = [self._entry(item.value) for item in self._items(ns)]
-        return _bm25(entries, query_terms, k)
+            entries = {e.id: e for e in (self._entry(item.value) for item in self._items(ns))}
+            semantic = self._semantic_ranking(ns, query, max(k, self.fusion.candidates)) if self._semantic else None
+        index: BM25Index[str] = BM25Index()
+        for entry in entries.values():
+            index.add(entry.id, entry_terms(entry))
+        if semantic is None:
+            ranked = index.search(wanted, k)
+        else:
+            lexical = index.search(wanted, max(k, self.fusion.candidates))
+            ranked = reciprocal_rank_fusion(lexical, [h for h in semantic if h[0] in entries], self.fusion)[:k]
+        return [ScoredEntry(entry=entries[entry_id], score=score) for entry_id, score in ranked]
 
-    def _semantic_search(self, ns: tuple[str, ...], query: str, query_terms: set[str], k: int) -> list[ScoredEntry]:
-        with self._lock:
-            items = self.store.search(ns, query=query, limit=max(4 * k, 20))
-        hits = []
-        for item in items:
-            if tuple(item.namespace) != ns:
-                continue
-            entry = self._entry(item.value)
-            if query_terms & set(terms(entry.text + " " + " ".join(entry.tags))):
-                hits.append(ScoredEntry(entry=entry, score=max(float(item.score or 0.0), 1e-9)))
-        hits.sort(key=lambda h: (-h.score, h.entry.id))
-        return hits[:k]
+    def _semantic_ranking(self, ns: tuple[str, ...], query: str, n: int) -> list[tuple[str, float]]:
+        items = self.store.search(ns, query=query, limit=n)
+        return [
+            (item.key, float(item.score))
+            for item in items
+            if tuple(item.namespace) == ns and item.score is not None and item.score >= self.fusion.min_similarity
+        ]
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         with self._lock:
             yield
-
-
-def _bm25(entries: list[ExperienceEntry], query_terms: set[str], k: int) -> list[ScoredEntry]:
-    docs = [Counter(terms(e.text + " " + " ".join(e.tags))) for e in entries]
-    if not docs:
-        return []
-    lengths = [sum(d.values()) for d in docs]
-    avg_len = (sum(lengths) / len(docs)) or 1.0
-    df = {t: sum(1 for d in docs if t in d) for t in query_terms}
-    scored = []
-    for entry, doc, length in zip(entries, docs, lengths, strict=False):
-        score = 0.0
-        for term in query_terms:
-            tf = doc.get(term, 0)
-            if not tf:
-                continue
-            idf = math.log(1 + (len(docs) - df[term] + 0.5) / (df[term] + 0.5))
-            score += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * length / avg_len))
-        if score > 0:
-            scored.append(ScoredEntry(entry=entry, score=score))
-    scored.sort(key=lambda h: (-h.score, h.entry.id))
-    return scored[:k]

@@ -10,6 +10,7 @@ from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.stores.base import ExperienceEntry
 from evoharness_bpe.text import terms
 from evoharness_bpe.testing.conformance import ExperienceStoreConformance
+from evoharness_bpe.testing.embedders import KeywordEmbedder
 from evoharness_bpe_langgraph.store import LangGraphExperienceStore, decode_label, encode_label
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
@@ -47,13 +48,34 @@ def _embed(texts: list[str]) -> list[list[float]]:
 
 
 class TestOnInMemoryStoreWithIndex(ExperienceStoreConformance):
-    """With an embedding index the store's semantic search ranks the entries."""
+    """With an embedding index the store's semantic ranking is fused with BM25 (hybrid recall)."""
 
     rolls_back = False  # documented on LangGraphExperienceStore: BaseStore has no transactions
+    hybrid = True
 
     @pytest.fixture
     def store(self):
-        yield LangGraphExperienceStore(InMemoryStore(index={"dims": 64, "embed": _embed, "fields": ["text"]}))
+        embedder = KeywordEmbedder()
+        yield LangGraphExperienceStore(InMemoryStore(index={"dims": embedder.dimensions, "embed": embedder, "fields": ["text"]}))
+
+
+class TestOnSqliteStoreWithIndex(ExperienceStoreConformance):
+    """LangGraph's SqliteStore with a vector index (sqlite-vec) under the hybrid contract."""
+
+    rolls_back = False  # documented on LangGraphExperienceStore: BaseStore has no transactions
+    hybrid = True
+
+    @pytest.fixture
+    def store(self, tmp_path):
+        conn = sqlite3.connect(tmp_path / "store.db", check_same_thread=False, isolation_level=None)
+        if not hasattr(conn, "enable_load_extension"):
+            conn.close()
+            pytest.skip("this Python's sqlite3 was built without loadable extensions (sqlite-vec)")
+        embedder = KeywordEmbedder()
+        base = SqliteStore(conn, index={"dims": embedder.dimensions, "embed": embedder, "fields": ["text"]})
+        base.setup()
+        yield LangGraphExperienceStore(base)
+        conn.close()
 
 
 def test_semantic_search_uses_the_index() -> None:
