@@ -47,14 +47,39 @@ def expert_part(seeds: int, tw_seeds: int) -> None:
             print(f"| {name} | {difficulty} | {n} | {wins / n:.0%} | {statistics.fmean(steps):.1f} | {statistics.fmean(metas):.1f} | {per:.2f} |", flush=True)
 
 
+class _CountedExpert(ExpertPolicy):
+    """The expert, with each prompt counted as SmolLM2 sees it: its tokenizer over the chat
+    template fine-tuning renders (Qwen3's, with the tool section)."""
+
+    tokenizer = None
+
+    def count_prompt_tokens(self, messages, tools):
+        chat = [{**m, "content": m.get("content") or ""} for m in messages]
+        text = self.tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                                                  enable_thinking=False)
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    from evoharness_bpe.lab.policies.transformers import EMBEDDED_GGUF, embedded_model_dir
+    from evoharness_bpe_training.tiny import qwen3_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir(), gguf_file=EMBEDDED_GGUF)
+    tokenizer.chat_template = qwen3_chat_template()
+    return tokenizer
+
+
 def tokens_part(figures: Path | None) -> None:
-    print("\n## crm-migration prompt tokens per step (expert actions)")
+    print("\n## crm-migration prompt tokens per step (expert actions; SmolLM2 tokens, chat template and tool section included)")
+    _CountedExpert.tokenizer = _smollm2_tokenizer()
     curves: dict[tuple[int, str], list[int]] = {}
     for records, difficulty in ((20, 1), (200, 2), (2000, 3)):
         for harness in ("none", "append", "bpe"):
             env = make_env("crm-migration", difficulty, records=records)
-            trace = run_episode(env, ExpertPolicy(env), None, EpisodeConfig(harness=harness, seed=0, max_steps=env.step_budget))
-            assert trace.outcome.success
+            trace = run_episode(env, _CountedExpert(env), None, EpisodeConfig(harness=harness, seed=0, max_steps=env.step_budget))
+            assert trace.outcome.success and trace.metadata["prompt_token_source"] == "exact"
             curves[(records, harness)] = trace.metadata["prompt_tokens"]
     print("| records | harness | model calls | tokens at step 10 | at step 100 | max | mean |")
     print("|---:|---|---:|---:|---:|---:|---:|")
@@ -68,6 +93,18 @@ def tokens_part(figures: Path | None) -> None:
     print(f"bpe flatness: max tokens 20 / 200 / 2,000 records = {max(curves[(20, 'bpe')])} / {max(curves[(200, 'bpe')])} / {max(bpe)}; "
           f"second half of the 2,000-record episode: {min(late)}..{max(late)} tokens ({len(bpe)} calls); "
           f"none grows to {max(none)}")
+    print("\n### compact style, bpe harness, difficulty 1 (seeds 0-19): every prompt against the 1,024 target")
+    print("| spec style | window | dashboard tokens | min | mean | max | prompts over 1,024 |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for style, window, dashboard in (("full", 12, 600), ("compact", 12, 600), ("compact", 4, 120)):
+        tokens: list[int] = []
+        for seed in range(20):
+            env = make_env("crm-migration", 1)
+            trace = run_episode(env, _CountedExpert(env), None, EpisodeConfig(
+                seed=seed, spec_style=style, window=window, dashboard_tokens=dashboard))
+            tokens += trace.metadata["prompt_tokens"]
+        over = sum(t > 1024 for t in tokens)
+        print(f"| {style} | {window} | {dashboard} | {min(tokens)} | {statistics.fmean(tokens):.0f} | {max(tokens)} | {over} of {len(tokens)} |")
     if figures is not None:
         import matplotlib
 

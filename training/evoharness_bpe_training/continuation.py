@@ -134,7 +134,10 @@ class ContinuationReward:
     prefill: str = ""
     policy: Any = None
     log: list[dict[str, Any]] = field(default_factory=list)
+    cache: bool = True
+    """Score an identical (state, action) once per optimizer step: greedy continuations are deterministic."""
     __name__: str = "continuation_reward"
+    _scored: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, seed: Sequence[int],
                  difficulty: Sequence[int], replies: Sequence[str], env: Sequence[str], trainer_state: Any = None,
@@ -144,8 +147,16 @@ class ContinuationReward:
         step = int(getattr(trainer_state, "global_step", 0))
         rewards = []
         model = getattr(self.policy, "model", None)
+        if self._scored and next(iter(self._scored))[0] != step:
+            self._scored.clear()  # the policy changed: continuations may differ now
         for n, completion in enumerate(completions):
             text = completion if isinstance(completion, str) else str(completion[0].get("content") or "")
+            key = (step, env[n], int(difficulty[n]), int(seed[n]), replies[n], text)
+            if self.cache and key in self._scored:
+                reward, record = self._scored[key]
+                rewards.append(reward)
+                self.log.append(dict(record))
+                continue
             environment = self.make_env(env[n], int(difficulty[n]))
             tools = environment.tools(style=self.config.spec_style)
             action = reply_from_text(self.prefill + text, tools)
@@ -158,10 +169,13 @@ class ContinuationReward:
             cost = episode_cost(trace)
             reward = cost_aware_score(cost, self.weights)
             rewards.append(reward)
-            self.log.append({
+            record = {
                 "step": step, "seed": int(seed[n]), "difficulty": int(difficulty[n]), "reward": reward,
                 "success": cost.success, "meta_calls": cost.meta_calls, "harness_tokens": cost.harness_tokens,
                 "invalid": cost.invalid, "by_action": cost.by_action, "env_steps": int(trace.outcome.info.get("steps", 0)),
                 "action": (action.get("tool_calls") or [{}])[0].get("function", {}).get("name"),
-            })
+            }
+            self.log.append(record)
+            if self.cache:
+                self._scored[key] = (reward, dict(record))
         return rewards
