@@ -121,4 +121,4 @@ def test_miniature_script_documents_itself() -> None:
 
     script = Path(__file__).parents[2] / "examples" / "reproduce_miniature.py"
     out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, check=True)
-    assert "--sft-steps" in out.stdout and "--stages" in out.stdout
+    assert "--preset" in out.stdout and "--stages" in out.stdout and "smollm2-gpu" in out.stdout

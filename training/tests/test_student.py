@@ -65,3 +65,24 @@ def test_reproduce_smoke_run_writes_the_report(tmp_path: Path) -> None:
     for stage in ("raw", "sft", "grpo"):
         assert (tmp_path / f"eval-{stage}.jsonl").exists()
     assert any(line.startswith("sft:") for line in lines)
+
+
+@pytest.mark.parametrize("name", ["cpu", "tiny", "smollm2-gpu"])
+def test_every_reproduce_preset_loads_and_validates(name: str) -> None:
+    from evoharness_bpe_training.reproduce import load_reproduce_preset
+
+    config = load_reproduce_preset(name, out="x")
+    assert config.out == "x" and config.levels() == [1, 2] and config.stage_list() == ["raw", "sft", "grpo"]
+    assert config.episode_config(7).seed == 7 and config.episode_config().spec_style == config.spec_style
+
+
+def test_reproduce_flags_are_checked() -> None:
+    from evoharness_bpe.exceptions import UserError
+    from evoharness_bpe_training.reproduce import load_reproduce_preset
+
+    with pytest.raises(UserError, match="--train-episodes needs one count per difficulty"):
+        load_reproduce_preset("tiny", train_episodes="3")
+    with pytest.raises(UserError, match="--stages takes raw, sft and grpo"):
+        load_reproduce_preset("tiny", stages="raw,rl")
+    with pytest.raises(UserError, match="--preset must be one of"):
+        load_reproduce_preset("huge")
