@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evoharness_bpe import ModelCall, Outcome, Trace, Workspace
+from evoharness_bpe.endpoint import reported_prompt_tokens
 from evoharness_bpe.harness import PromptTokenCounter, count_prompt_tokens
 from llama_index.core.agent.workflow import AgentInput, AgentOutput, ToolCallResult
 from llama_index.core.bridge.pydantic import ConfigDict
@@ -157,7 +158,9 @@ class TraceRecorder:
                 del self._pending[event.span_id]
             if event.response is None:
                 return
-            tokens = count_prompt_tokens(prompt, offered, self.token_counter)
+            reported = reported_prompt_tokens(event.response)  # the server's usage, when it sent one
+            counter = self.token_counter if reported is None else (lambda m, t: reported)
+            tokens = count_prompt_tokens(prompt, offered, counter)
             self.token_sources.add(tokens.source)
             self.model_calls.append(
                 ModelCall(
