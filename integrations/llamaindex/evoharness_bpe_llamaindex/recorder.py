@@ -176,16 +176,18 @@ class TraceRecorder:
         sources = self.token_sources
         return next(iter(sources)) if len(sources) == 1 else ("mixed" if sources else None)
 
-    def record_model_call(self, messages: Sequence[Any], response: Any, tools: Sequence[Any] = ()) -> None:
+    def record_model_call(self, messages: Sequence[Any], response: Any, tools: Sequence[Any] = (),
+                          reported_tokens: int | None = None) -> None:
         """Record one model call as sent (`messages`, `tools`) with its reply message.
 
         For code that sees the call itself (the BPE agents' model-call hook) rather than the
-        instrumentation events.
+        instrumentation events. `reported_tokens`: the prompt tokens the server reported.
         """
         prompt = to_openai_messages(messages)
         specs = openai_tool_specs(tools or ())
         self._add_tools(specs)
-        tokens = count_prompt_tokens(prompt, specs, self.token_counter)
+        counter = self.token_counter if reported_tokens is None else (lambda m, t: reported_tokens)
+        tokens = count_prompt_tokens(prompt, specs, counter)
         self.token_sources.add(tokens.source)
         self.model_calls.append(
             ModelCall(
