@@ -26,7 +26,7 @@ from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.testing.openai_server import QuirkyServer
 
-pytest.importorskip("openai")  # requirements-dev.txt installs it; the bare core does not need it
+import openai  # noqa: E402,F401 - requirements-dev.txt installs it: missing is an error
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
