@@ -38,6 +38,8 @@ __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "MAX_RECORDED_CHARS",
     "bounded_json",
+    "PORTABLE_KEYWORDS",
+    "portable_schema",
 ]
 
 MAX_ARGUMENT_CHARS = 20_000
@@ -103,14 +105,47 @@ class ToolSpec(BaseModel):
         }
 
 
+PORTABLE_KEYWORDS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "items", "enum", "anyOf", "description"}
+)
+"""The JSON-schema keywords a model-facing schema keeps: the subset that llama.cpp's grammar,
+vLLM's guided decoding (xgrammar, outlines) and OpenAI's strict mode all accept. Length, size and
+range limits (``maxLength``, ``maxItems``, ``minimum``, ...) and ``default`` are left out: a large
+``maxLength`` overflows llama.cpp's grammar and strict mode rejects them. The limits stay enforced
+by `parse_arguments`, whose error names the field and the limit."""
+
+
+def portable_schema(schema: Any) -> Any:
+    """`schema` with only the `PORTABLE_KEYWORDS`, at every level (property names are kept).
+
+    >>> portable_schema({"type": "string", "maxLength": 4000, "default": "x", "description": "d"})
+    {'type': 'string', 'description': 'd'}
+    """
+    if isinstance(schema, list):
+        return [portable_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key not in PORTABLE_KEYWORDS:
+            continue
+        if key == "properties":
+            out[key] = {name: portable_schema(prop) for name, prop in value.items()}
+        elif key in ("items", "anyOf", "additionalProperties"):
+            out[key] = portable_schema(value)
+        else:
+            out[key] = value
+    return out
+
+
 def _inline_schema(model: type[_Args], field_help: dict[str, str]) -> dict[str, Any]:
     schema = model.model_json_schema()
     props: dict[str, Any] = {}
     for name, prop in schema["properties"].items():
-        prop = {k: v for k, v in prop.items() if k != "title"}
         if "$ref" in prop:  # enums are emitted as references; models handle inline ones better
             ref = prop.pop("$ref").rsplit("/", 1)[-1]
-            prop.update({k: v for k, v in schema["$defs"][ref].items() if k != "title"})
+            prop.update(schema["$defs"][ref])
+        prop = portable_schema(prop)
         prop["description"] = field_help[name]
         props[name] = prop
     return {

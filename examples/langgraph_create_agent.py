@@ -6,7 +6,10 @@
 The first thread migrates customer records, tracks a fact, commits subgoals and notes a lesson;
 a second thread of the same tenant recalls it. Traces go to ``traces/langgraph_create_agent.jsonl``.
 With ``OPENAI_BASE_URL`` set, a real model (``pip install 'evoharness-bpe-langgraph[openai]'``)
-drives both threads instead of the script.
+drives both threads instead of the script: at most ``OPENAI_MAX_TOKENS`` (512) tokens a reply,
+``OPENAI_TIMEOUT`` (60) seconds a call, ``tool_choice="auto"``, and the quirks of local servers
+handled by `evoharness_bpe.endpoint.EndpointSettings` (``EVOHARNESS_NULL_CONTENT=empty`` for
+llama-cpp-python). A run whose model call fails or returns nothing exits with status 1.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 from pathlib import Path
 
 from evoharness_bpe import read_traces
+from evoharness_bpe.endpoint import EndpointSettings
+from evoharness_bpe.exceptions import ModelCallError
 from evoharness_bpe_langgraph import BPEMiddleware, TraceCallbackHandler
 from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
 from langchain.agents import create_agent
@@ -57,11 +62,15 @@ def real_model():
         from langchain_openai import ChatOpenAI
     except ImportError as exc:  # pragma: no cover - optional
         raise SystemExit("a real model needs: pip install 'evoharness-bpe-langgraph[openai]'") from exc
-    return ChatOpenAI(
-        model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
-        base_url=os.environ["OPENAI_BASE_URL"],
-        api_key=os.environ.get("OPENAI_API_KEY", "none"),
-    )
+    return ChatOpenAI(**EndpointSettings.from_env().langchain_kwargs())
+
+
+def final_answer(out: dict) -> str:
+    """The run's last reply; a run whose model returned nothing (no text, no tool call) failed."""
+    last = out["messages"][-1]
+    if last.type != "ai" or not (str(last.content).strip() or last.tool_calls):
+        raise ModelCallError("the model returned an empty reply (no text, no tool call)")
+    return str(last.content)
 
 
 def main(trace_path: str = "traces/langgraph_create_agent.jsonl") -> int:
@@ -74,7 +83,7 @@ def main(trace_path: str = "traces/langgraph_create_agent.jsonl") -> int:
         model = real_model() if online else scripted_model(thread)
         agent = create_agent(model, [upload], system_prompt="You migrate CRM data.", middleware=[bpe], checkpointer=checkpointer, store=store)
         out = agent.invoke({"messages": [HumanMessage(task)]}, {"configurable": {"thread_id": f"t{thread}"}, "callbacks": [handler]})
-        print(f"--- thread t{thread}: {out['messages'][-1].content}")
+        print(f"--- thread t{thread}: {final_answer(out)}")
         for message in out["messages"]:
             if message.type == "tool":
                 print(f"  {message.name}: {message.content}")
@@ -86,5 +95,14 @@ def main(trace_path: str = "traces/langgraph_create_agent.jsonl") -> int:
     return 0
 
 
+def cli(argv: list[str]) -> int:
+    """`main` as a command: status 1, and the reason on stderr, when a model call failed."""
+    try:
+        return main(*argv)
+    except Exception as exc:  # a refused, timed-out or empty model call lands here
+        print(f"run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(cli(sys.argv[1:]))

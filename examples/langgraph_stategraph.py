@@ -4,7 +4,10 @@
     OPENAI_BASE_URL=http://localhost:8000/v1 OPENAI_MODEL=qwen3 python examples/langgraph_stategraph.py
 
 The graph runs bpe → model → tools → bpe …; `BPENode` renders the dashboard into the state
-before each model call, and the model node puts it into its system message.
+before each model call, and the model node puts it into its system message. The real-model path
+caps replies and calls as `evoharness_bpe.endpoint.EndpointSettings.from_env` says
+(``OPENAI_MAX_TOKENS``, ``OPENAI_TIMEOUT``); a run whose model call fails or returns nothing exits
+with status 1.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from evoharness_bpe.endpoint import EndpointSettings
+from evoharness_bpe.exceptions import ModelCallError
 from evoharness_bpe_langgraph import BPEGraphState, BPENode, bpe_tools, with_dashboard
 from evoharness_bpe_langgraph.testing import ScriptedChatModel, ai_tool_call
 from langchain_core.messages import HumanMessage
@@ -39,11 +44,7 @@ def model_for_this_run():
             from langchain_openai import ChatOpenAI
         except ImportError as exc:  # pragma: no cover - optional
             raise SystemExit("a real model needs: pip install 'evoharness-bpe-langgraph[openai]'") from exc
-        return ChatOpenAI(
-            model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
-            base_url=os.environ["OPENAI_BASE_URL"],
-            api_key=os.environ.get("OPENAI_API_KEY", "none"),
-        )
+        return ChatOpenAI(**EndpointSettings.from_env().langchain_kwargs())
     return ScriptedChatModel(
         responses=[
             ai_tool_call("quote", {"item": "flight"}),
@@ -78,7 +79,10 @@ def main() -> int:
     bpe = BPENode(subgoals=["price flight", "price hotel"])
     app = build(model_for_this_run(), bpe)
     out = app.invoke({"messages": [HumanMessage("Price a Lisbon trip within 800 EUR")]}, {"configurable": {"thread_id": "trip"}})
-    print("--- answer:", out["messages"][-1].content)
+    last = out["messages"][-1]
+    if not (str(last.content).strip() or getattr(last, "tool_calls", None)):
+        raise ModelCallError("the model returned an empty reply (no text, no tool call)")
+    print("--- answer:", last.content)
     print("--- last dashboard:")
     print(out["bpe_dashboard"])
     progress = out["bpe"]["progress"]["subgoals"]
@@ -86,5 +90,14 @@ def main() -> int:
     return 0
 
 
+def cli() -> int:
+    """`main` as a command: status 1, and the reason on stderr, when a model call failed."""
+    try:
+        return main()
+    except Exception as exc:  # a refused, timed-out or empty model call lands here
+        print(f"run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

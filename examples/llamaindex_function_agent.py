@@ -6,7 +6,8 @@
 
 The real-model path needs ``pip install "evoharness-bpe-llamaindex[openai]"``; it sends at most
 ``OPENAI_MAX_TOKENS`` (512) tokens per reply, waits at most ``OPENAI_TIMEOUT`` (60) seconds per
-call, and does not stream (several local servers refuse streaming with tools). A run whose model
+call, sends ``tool_choice="auto"`` and does not stream (several local servers refuse streaming
+with tools); see `evoharness_bpe.endpoint.EndpointSettings` for the other settings. A run whose model
 call fails or returns nothing, or that does not reserve the units, exits with status 1. Run it
 twice: the lesson the agent notes in the first run is shown to it as a hint in the second.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evoharness_bpe import SQLiteExperienceStore, Trace
+from evoharness_bpe.endpoint import EndpointSettings
 from evoharness_bpe.exceptions import EvoHarnessError, UserError
 from evoharness_bpe_llamaindex import BPETraceHandler, with_bpe
 from evoharness_bpe_llamaindex.testing import ScriptedLLM
@@ -68,17 +70,7 @@ def make_llm() -> Any:
         from llama_index.llms.openai_like import OpenAILike
     except ImportError as exc:
         raise UserError('a real model needs: pip install "evoharness-bpe-llamaindex[openai]"') from exc
-    return OpenAILike(
-        model=os.environ.get("OPENAI_MODEL", "default"),
-        api_base=base_url,
-        api_key=os.environ.get("OPENAI_API_KEY", "unused"),
-        is_chat_model=True,
-        is_function_calling_model=True,
-        context_window=32_768,
-        max_tokens=int(os.environ.get("OPENAI_MAX_TOKENS", "512")),
-        timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
-        max_retries=2,
-    )
+    return OpenAILike(**EndpointSettings.from_env().llamaindex_kwargs())
 
 
 async def run(out_dir: Path) -> Trace:

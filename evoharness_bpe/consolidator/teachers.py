@@ -3,15 +3,15 @@
 A teacher is a callable ``(messages) -> str`` taking OpenAI-style ``{"role", "content"}``
 messages. `as_teacher` adapts, by duck typing and without importing them, a LangChain chat
 model (``.invoke``), a LlamaIndex LLM (``.complete``) or a plain callable; `OpenAITeacher` calls
-an OpenAI-compatible endpoint through the ``openai`` SDK (``pip install openai``).
+an OpenAI-compatible endpoint through the ``openai`` SDK (``pip install 'evoharness-bpe[openai]'``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
+from ..endpoint import EndpointSettings
 from ..exceptions import UserError
 
 __all__ = ["Teacher", "as_teacher", "OpenAITeacher"]
@@ -44,19 +44,26 @@ def _langchain_text(reply: Any) -> str:
 
 
 class OpenAITeacher:
-    """A model behind an OpenAI-compatible endpoint (``openai`` SDK), JSON answers requested."""
+    """A model behind an OpenAI-compatible endpoint (``openai`` SDK), JSON answers requested.
 
-    def __init__(self, model: str, base_url: str | None = None, *, api_key: str | None = None,
-                 timeout: float = 60.0, max_tokens: int = 1024, retries: int = 2) -> None:
-        try:
-            import openai  # noqa: PLC0415 - optional dependency
-        except ImportError as exc:
-            raise UserError("OpenAITeacher needs the openai SDK: pip install openai") from exc
-        self.model, self.max_tokens = model, max_tokens
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none",
-                                    timeout=timeout, max_retries=retries)
+    Calls go through `EndpointSettings` (timeout, reply cap, retries with backoff, the servers'
+    quirks); unset arguments come from `EndpointSettings.from_env`. The server's ``usage`` of
+    each call is kept in `usage`.
+    """
+
+    def __init__(self, model: str | None = None, base_url: str | None = None, *, api_key: str | None = None,
+                 timeout: float | None = None, max_tokens: int | None = 1024, retries: int | None = None,
+                 null_content: bool | None = None, settings: EndpointSettings | None = None) -> None:
+        changes = {"model": model, "base_url": base_url, "api_key": api_key, "timeout": timeout,
+                   "max_tokens": max_tokens, "retries": retries, "null_content": null_content}
+        self.settings = settings.with_(**changes) if settings is not None else EndpointSettings.from_env(**changes)
+        self.model, self.max_tokens = self.settings.model, self.settings.max_tokens
+        self.client = self.settings.client()  # a UserError naming the install line without the SDK
+        self.usage: list[dict[str, Any]] = []
 
     def __call__(self, messages: list[dict[str, str]]) -> str:
-        reply = self.client.chat.completions.create(model=self.model, messages=messages,  # type: ignore[arg-type]
-                                                    max_tokens=self.max_tokens, temperature=0.0)
+        reply = self.client.chat.completions.create(**self.settings.chat_body(list(messages)))
+        usage = getattr(reply, "usage", None)
+        if usage is not None:
+            self.usage.append(usage.model_dump() if hasattr(usage, "model_dump") else dict(usage))
         return reply.choices[0].message.content or ""

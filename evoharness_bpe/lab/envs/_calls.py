@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...actions import portable_schema
 from ...exceptions import UserError
 from .base import StepResult
 
@@ -14,13 +15,15 @@ ENV_STYLES: tuple[str, ...] = ("full", "compact")
 
 
 def function_spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """An OpenAI function tool spec."""
+    """An OpenAI function tool spec whose parameters keep only the portable keywords
+    (`evoharness_bpe.actions.PORTABLE_KEYWORDS`); limits are checked by the environment."""
+    props = {field: portable_schema(prop) for field, prop in properties.items()}
     return {
         "type": "function",
         "function": {
             "name": name,
             "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required, "additionalProperties": False},
+            "parameters": {"type": "object", "properties": props, "required": required, "additionalProperties": False},
         },
     }
 

@@ -1,20 +1,20 @@
-"""`OpenAICompatiblePolicy`: any OpenAI-compatible chat endpoint with tool calling (stdlib only).
+"""`OpenAICompatiblePolicy`: any OpenAI-compatible chat endpoint with tool calling.
 
-Works with vLLM's and llama.cpp's servers and hosted APIs: ``POST {base_url}/chat/completions``
-with the messages and tools. A reply whose tool calls arrive as Hermes text is parsed; a reply
-that cannot be parsed comes back as text (the runner counts it as an invalid action). Transport
-failures raise `PolicyError` after `retries` attempts.
+Works with vLLM's and llama.cpp's servers and hosted APIs through the ``openai`` SDK
+(``pip install 'evoharness-bpe[openai]'``): ``POST {base_url}/chat/completions`` with the
+messages, the tools and ``tool_choice="auto"``, a reply-length cap and a timeout on every call
+(see `evoharness_bpe.endpoint.EndpointSettings`). A reply whose tool calls arrive as Hermes text
+is parsed; a reply that cannot be parsed comes back as text (the runner counts it as an invalid
+action). Connection errors, timeouts, 429 and 5xx are retried with backoff; what still fails
+raises `PolicyError`. The server's ``usage`` is kept and is the prompt-token count of the trace.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
-import urllib.error
-import urllib.request
 from typing import Any
 
+from ...endpoint import EndpointSettings
 from ...exceptions import EvoHarnessError
 from ..policy import ChatMessage
 from .toolcalls import parse_tool_calls
@@ -29,46 +29,46 @@ class PolicyError(EvoHarnessError, RuntimeError):
 class OpenAICompatiblePolicy:
     """Chat completions from `base_url` (e.g. ``http://127.0.0.1:8000/v1``) for `model`.
 
-    The API key defaults to the ``OPENAI_API_KEY`` environment variable (none is sent if unset).
+    Unset arguments come from `EndpointSettings.from_env` (``OPENAI_API_KEY``,
+    ``OPENAI_TIMEOUT``, ``OPENAI_MAX_TOKENS``, ``EVOHARNESS_NULL_CONTENT``, ...), or pass
+    `settings` whole. ``null_content=False`` is for servers that refuse ``content: null`` next
+    to tool calls (llama-cpp-python).
     """
 
-    def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", *, api_key: str | None = None,
-                 temperature: float = 0.0, max_tokens: int = 512, timeout: float = 60.0, retries: int = 2) -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.retries = retries
+    def __init__(self, model: str | None = None, base_url: str | None = None, *, api_key: str | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None, timeout: float | None = None,
+                 retries: int | None = None, tool_choice: str | None = None, null_content: bool | None = None,
+                 settings: EndpointSettings | None = None) -> None:
+        changes = {"model": model, "base_url": base_url.rstrip("/") if base_url else None, "api_key": api_key,
+                   "temperature": temperature, "max_tokens": max_tokens, "timeout": timeout, "retries": retries,
+                   "tool_choice": tool_choice, "null_content": null_content}
+        self.settings = settings.with_(**changes) if settings is not None else EndpointSettings.from_env(**changes)
+        self.model = self.settings.model
+        self.base_url = self.settings.base_url or "https://api.openai.com/v1"
         self.usage: list[dict[str, Any]] = []
+        self._client: Any = None
         self._last_prompt: tuple[str, int] | None = None
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(f"{self.base_url}/chat/completions", data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")
-        error: Exception | None = None
-        for attempt in range(self.retries + 1):
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - the URL is the user's endpoint
-                    return json.loads(response.read().decode("utf-8"))
-            except urllib.error.HTTPError as exc:
-                error = exc
-                if exc.code < 500 and exc.code != 429:
-                    detail = exc.read().decode("utf-8", "replace")[:300]
-                    raise PolicyError(f"{self.base_url} answered {exc.code}: {detail}") from exc
-            except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-                error = exc
-            time.sleep(min(2.0, 0.2 * 2**attempt))
-        raise PolicyError(f"{self.base_url} failed after {self.retries + 1} attempts: {error}") from error
+        if self._client is None:
+            self._client = self.settings.client()  # a UserError with the install line without the SDK
+        import openai  # noqa: PLC0415 - optional, imported on first use
+
+        try:
+            raw = self._client.chat.completions.with_raw_response.create(**body)
+        except openai.APIStatusError as exc:
+            detail = exc.response.text[:300] if exc.response is not None else str(exc)
+            raise PolicyError(f"{self.base_url} answered {exc.status_code}: {detail}") from exc
+        except openai.APIError as exc:  # connection errors and timeouts, after the SDK's retries
+            raise PolicyError(f"{self.base_url} failed after {self.settings.retries + 1} attempts: {exc}") from exc
+        try:
+            data = json.loads(raw.text)
+        except ValueError:
+            return {"unparsed": raw.text[:500]}
+        return data if isinstance(data, dict) else {"unparsed": data}
 
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature, "max_tokens": self.max_tokens}
-        if tools:
-            body["tools"] = tools
-        data = self._post(body)
+        data = self._post(self.settings.chat_body(messages, tools))
         self._last_prompt = None
         if isinstance(data.get("usage"), dict):
             self.usage.append(data["usage"])

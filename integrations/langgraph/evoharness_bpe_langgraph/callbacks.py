@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from evoharness_bpe.dashboard import CLOSE_TAG, OPEN_TAG
+from evoharness_bpe.endpoint import reported_prompt_tokens
 from evoharness_bpe.harness import PromptTokenCounter, count_prompt_tokens
 from evoharness_bpe.text import approx_tokens
 from evoharness_bpe.trace import DashboardSnapshot, ModelCall, Outcome, Trace, TraceWriter
@@ -71,8 +72,9 @@ class TraceCallbackHandler(BaseCallbackHandler):
     Completed traces are also kept in `traces`. Pass `middleware` (the agent's `BPEMiddleware`)
     to include meta-action costs, dashboards, the ledger and the episode's success; without it,
     dashboards are read from the system messages. Prompt tokens are counted with the tool
-    section by `evoharness_bpe.harness.count_prompt_tokens`: exactly when `token_counter` (e.g. a
-    policy with ``count_prompt_tokens``) gives a figure, else approximately
+    section by `evoharness_bpe.harness.count_prompt_tokens`: the server's reported ``usage`` when
+    the reply carries one, else exactly when `token_counter` (e.g. a policy with
+    ``count_prompt_tokens``) gives a figure, else approximately
     (``metadata["prompt_token_source"]`` says which).
     """
 
@@ -142,7 +144,9 @@ class TraceCallbackHandler(BaseCallbackHandler):
         prompt = run.pending.pop(run_id)
         message = response.generations[0][0].message if response.generations and response.generations[0] else None
         reply = to_openai([message])[0] if message is not None else {"role": "assistant", "content": ""}
-        tokens = count_prompt_tokens(prompt, run.tools, self.token_counter)
+        reported = reported_prompt_tokens(message)  # the server's usage, when it sent one
+        counter = self.token_counter if reported is None else (lambda m, t: reported)
+        tokens = count_prompt_tokens(prompt, run.tools, counter)
         run.token_sources.add(tokens.source)
         run.model_calls.append(ModelCall(messages=prompt, response=reply, prompt_tokens=tokens.tokens))
 

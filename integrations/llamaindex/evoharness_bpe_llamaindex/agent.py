@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from evoharness_bpe import META_ACTIONS, ExperienceStore, Workspace
+from evoharness_bpe.endpoint import reported_prompt_tokens
 from evoharness_bpe.exceptions import ModelCallError, UserError
 from evoharness_bpe.harness import window as harness_window
 from llama_index.core.agent.workflow import (
@@ -348,7 +349,7 @@ def _checked(
             )
         raise ModelCallError("the model returned an empty reply (no text, no tool call)")
     if injection.recorder is not None:
-        injection.recorder.record_model_call(prompt, response.message, tools)
+        injection.recorder.record_model_call(prompt, response.message, tools, reported_prompt_tokens(response))
     return response
 
 

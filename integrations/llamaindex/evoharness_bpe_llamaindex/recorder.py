@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evoharness_bpe import ModelCall, Outcome, Trace, Workspace
+from evoharness_bpe.endpoint import reported_prompt_tokens
 from evoharness_bpe.harness import PromptTokenCounter, count_prompt_tokens
 from llama_index.core.agent.workflow import AgentInput, AgentOutput, ToolCallResult
 from llama_index.core.bridge.pydantic import ConfigDict
@@ -157,7 +158,9 @@ class TraceRecorder:
                 del self._pending[event.span_id]
             if event.response is None:
                 return
-            tokens = count_prompt_tokens(prompt, offered, self.token_counter)
+            reported = reported_prompt_tokens(event.response)  # the server's usage, when it sent one
+            counter = self.token_counter if reported is None else (lambda m, t: reported)
+            tokens = count_prompt_tokens(prompt, offered, counter)
             self.token_sources.add(tokens.source)
             self.model_calls.append(
                 ModelCall(
@@ -173,16 +176,18 @@ class TraceRecorder:
         sources = self.token_sources
         return next(iter(sources)) if len(sources) == 1 else ("mixed" if sources else None)
 
-    def record_model_call(self, messages: Sequence[Any], response: Any, tools: Sequence[Any] = ()) -> None:
+    def record_model_call(self, messages: Sequence[Any], response: Any, tools: Sequence[Any] = (),
+                          reported_tokens: int | None = None) -> None:
         """Record one model call as sent (`messages`, `tools`) with its reply message.
 
         For code that sees the call itself (the BPE agents' model-call hook) rather than the
-        instrumentation events.
+        instrumentation events. `reported_tokens`: the prompt tokens the server reported.
         """
         prompt = to_openai_messages(messages)
         specs = openai_tool_specs(tools or ())
         self._add_tools(specs)
-        tokens = count_prompt_tokens(prompt, specs, self.token_counter)
+        counter = self.token_counter if reported_tokens is None else (lambda m, t: reported_tokens)
+        tokens = count_prompt_tokens(prompt, specs, counter)
         self.token_sources.add(tokens.source)
         self.model_calls.append(
             ModelCall(
