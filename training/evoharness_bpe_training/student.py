@@ -15,10 +15,9 @@ import json
 import os
 from collections.abc import Iterable
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from .tiny import build_tiny_tokenizer
+from .tiny import build_tiny_tokenizer, qwen3_model_for, save_model
 
 __all__ = ["student_chat_template", "render_rows", "build_student"]
 
@@ -49,33 +48,10 @@ def build_student(
 ) -> tuple[Any, Any]:
     """A random `Qwen3ForCausalLM` and a tokenizer fitted to `rows` (SFT rows as built by
     `traces_to_sft_dataset`); saved to `out_dir` when given. Returns ``(model, tokenizer)``."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     template = student_chat_template()
     texts = render_rows(rows, build_tiny_tokenizer(256, chat_template=template), **(template_kwargs or {}))
     tokenizer = build_tiny_tokenizer(vocab_size, texts, chat_template=template)
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 3,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden_size // 4,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    model = Qwen3ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+    model = qwen3_model_for(tokenizer, hidden_size=hidden_size, layers=layers, intermediate_size=hidden_size * 3,
+                            max_positions=4096, seed=seed)
+    save_model(model, tokenizer, out_dir)
     return model, tokenizer

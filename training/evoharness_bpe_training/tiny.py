@@ -91,20 +91,29 @@ def build_tiny_model(
     Returns ``(model, tokenizer)``. With ``out_dir`` the folder loads back with
     ``AutoModelForCausalLM.from_pretrained(out_dir)`` / ``AutoTokenizer.from_pretrained(out_dir)``.
     """
+    tokenizer = build_tiny_tokenizer(vocab_size)
+    model = qwen3_model_for(tokenizer, hidden_size=hidden_size, layers=layers, intermediate_size=hidden_size * 2,
+                            max_positions=8192, seed=seed, initializer_range=initializer_range)
+    save_model(model, tokenizer, out_dir)
+    return model, tokenizer
+
+
+def qwen3_model_for(tokenizer, *, hidden_size: int, layers: int, intermediate_size: int, max_positions: int,
+                    seed: int = 0, initializer_range: float = 0.02):  # -> Qwen3ForCausalLM
+    """A random `Qwen3ForCausalLM` sized for `tokenizer` (4 heads, 2 KV heads, tied embeddings)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = build_tiny_tokenizer(vocab_size)
     torch.manual_seed(seed)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
+        intermediate_size=intermediate_size,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=hidden_size // 4,
-        max_position_embeddings=8192,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -114,9 +123,13 @@ def build_tiny_model(
     model = Qwen3ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def save_model(model, tokenizer, out_dir: str | os.PathLike[str] | None) -> None:
+    """Save `model` and `tokenizer` to `out_dir` (nothing when it is None)."""
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-    return model, tokenizer
