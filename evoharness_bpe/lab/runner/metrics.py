@@ -60,7 +60,10 @@ def episode_metrics(trace: Trace, *, policy: str | None = None) -> dict[str, Any
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (env, policy, harness, framework): success rate and means."""
+    """One row per (env, policy, harness, framework): success rate and means.
+
+    ``mean_steps`` counts environment steps; ``mean_model_calls`` counts model calls (the plots' x axis).
+    """
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["env"], r["policy"], r["harness"], r["framework"]), []).append(r)
@@ -72,6 +75,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "env": env, "policy": policy, "harness": harness, "framework": framework, "episodes": len(rs),
             "success_rate": sum(r["success"] for r in rs) / len(rs),
             "mean_steps": statistics.fmean(r["steps"] for r in rs),
+            "mean_model_calls": statistics.fmean(r.get("model_calls", len(r["prompt_tokens_per_step"])) for r in rs),
             "mean_invalid_actions": statistics.fmean(r["invalid_actions"] for r in rs),
             "mean_meta_actions": {k: statistics.fmean(r["meta_actions"].get(k, 0) for r in rs) for k in META_ACTIONS},
             "mean_prompt_tokens_per_step": statistics.fmean(tokens) if tokens else 0.0,

@@ -12,19 +12,16 @@ from ...exceptions import UserError
 from ...trace import read_traces
 from .metrics import HARNESS_ORDER, episode_metrics, summarize
 
-__all__ = ["write_report", "load_metrics", "PLOTS"]
+__all__ = ["write_report", "load_metrics", "build_figures", "PLOTS"]
 
 PLOTS = ("success_by_harness.png", "prompt_tokens_per_step.png", "meta_actions_per_step.png")
 
 
 _HATCHES = ("", "//", "..", "xx")
 _STYLES = ("-", "--", ":", "-.")
-_MARKERS = ("o", "s", "^", "D")
-
-
-def _order(label: str) -> tuple[int, str]:
-    first = label.split(" / ")[-1]
-    return (HARNESS_ORDER.index(first) if first in HARNESS_ORDER else len(HARNESS_ORDER), label)
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+           "tab:olive", "tab:cyan")
 
 
 def _label(r: dict[str, Any], keys: tuple[str, ...]) -> str:
@@ -46,7 +43,26 @@ def _mean_curve(series: list[list[float]], *, hold: bool = False) -> list[float]
     return out
 
 
-def _plots(rows: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path) -> list[str]:
+def _style(k: int) -> dict[str, Any]:
+    """The k-th series' look: color, line style and marker all change, so no two of the first 40 look alike."""
+    return {"color": _COLORS[k % len(_COLORS)], "linestyle": _STYLES[k % len(_STYLES)],
+            "marker": _MARKERS[(k // len(_STYLES) + k) % len(_MARKERS)]}
+
+
+def _episodes_note(counts: set[int]) -> str:
+    if counts == {1}:
+        return "1 episode"
+    low, high = min(counts), max(counts)
+    return f"mean of {high} episodes" if low == high else f"mean of {low}–{high} episodes"
+
+
+def build_figures(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's matplotlib figures by file name (empty without matplotlib).
+
+    Bars carry their value (``0%`` included) or ``skipped``; legends sit outside the axes, in the
+    table's order (env, policy, harness none/append/bpe, framework); the line plots' x axis is the
+    model call, with integer ticks, and each line says how many episodes it averages.
+    """
     try:
         import matplotlib  # noqa: PLC0415
 
@@ -54,9 +70,8 @@ def _plots(rows: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path)
         import matplotlib.pyplot as plt  # noqa: PLC0415
         from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
     except ImportError:
-        return []
-    keys = _varying(rows)
-    curve_keys = tuple(k for k in keys) or ("harness",)
+        return {}
+    figures: dict[str, Any] = {}
     # success by harness: one bar group per (env, policy, framework), one bar per harness, in table order
     groups = sorted({(s["env"], s["policy"], s["framework"]) for s in summary})
     present = {s["harness"] for s in summary}
@@ -70,24 +85,30 @@ def _plots(rows: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path)
             xs.append(i + j * width)
             vals.append(row["success_rate"] if row else 0.0)
             labels.append(f"{row['success_rate']:.0%}\nn={row['episodes']}" if row else "skipped")
-        bars = ax.bar(xs, [max(v, 0.005) for v in vals], width, label=h, hatch=_HATCHES[j % len(_HATCHES)], edgecolor="black", linewidth=0.5)
+        bars = ax.bar(xs, [max(v, 0.005) for v in vals], width, label=h, hatch=_HATCHES[j % len(_HATCHES)],
+                      color=_COLORS[j % len(_COLORS)], edgecolor="black", linewidth=0.5)
         ax.bar_label(bars, labels=labels, fontsize=6, padding=1)
     ax.set_xticks([i + width * (len(harnesses) - 1) / 2 for i in range(len(groups))])
     ax.set_xticklabels(["\n".join(str(x) for x in g) for g in groups], fontsize=7)
+    ax.set_xlabel("environment / policy / framework")
     ax.set_ylim(0, 1.2)
     ax.set_ylabel("success rate (mean of n episodes)")
     ax.set_title("Success by harness")
     ax.legend(title="harness", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(out / PLOTS[0], dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    figures[PLOTS[0]] = fig
     envs = sorted({str(r["env"]) for r in rows})
-    curve_keys = tuple(k for k in curve_keys if k != "env") or ("harness",)
+    curve_keys = tuple(k for k in _varying(rows) if k != "env") or ("harness",)
+    # the series in the table's order; one look per series, the same in every panel
+    table = [_label(s, curve_keys) for s in summary]
+    labels_in_order = list(dict.fromkeys(table))
     for name, field, ylabel, cumulative in (
         (PLOTS[1], "prompt_tokens_per_step", "prompt tokens", False),
         (PLOTS[2], "meta_actions_per_step", "meta-action calls (cumulative)", True),
     ):
-        fig, axes = plt.subplots(1, len(envs), figsize=(4.2 * len(envs) + 1, 3.8), squeeze=False)
+        height = max(3.8, 0.24 * len(labels_in_order) + 1.2)
+        fig, axes = plt.subplots(1, len(envs), figsize=(4.2 * len(envs) + 1, height), squeeze=False)
+        handles: dict[str, Any] = {}
+        counts: dict[str, set[int]] = defaultdict(set)
         for ax, env in zip(axes[0], envs):
             series: dict[str, list[list[float]]] = defaultdict(list)
             for r in rows:
@@ -101,21 +122,40 @@ def _plots(rows: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path)
                         acc.append(total)
                     values = acc
                 series[_label(r, curve_keys)].append(values)
-            for k, (label, curves) in enumerate(sorted(series.items(), key=lambda kv: _order(kv[0]))):
+            for label in labels_in_order:
+                if label not in series:
+                    continue
+                curves = series[label]
                 curve = _mean_curve(curves, hold=cumulative)
-                ax.plot(range(1, len(curve) + 1), curve, label=f"{label} (mean of {len(curves)})", linewidth=1.4,
-                        linestyle=_STYLES[k % len(_STYLES)], marker=_MARKERS[k % len(_MARKERS)], markevery=max(1, len(curve) // 8))
+                (line,) = ax.plot(range(1, len(curve) + 1), curve, linewidth=1.4, markevery=max(1, len(curve) // 8),
+                                  **_style(labels_in_order.index(label)))
+                handles.setdefault(label, line)
+                counts[label].add(len(curves))
             ax.set_xlabel("model call")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_title(env, fontsize=10)
-            if series:
-                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.24), ncol=1)
         axes[0][0].set_ylabel(ylabel)
+        order = [label for label in labels_in_order if label in handles]
+        if order:
+            axes[0][-1].legend([handles[label] for label in order],
+                               [f"{label} ({_episodes_note(counts[label])})" for label in order],
+                               title=" / ".join(curve_keys), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.suptitle(ylabel.capitalize() + " per model call", fontsize=11)
         fig.tight_layout()
+        figures[name] = fig
+    return figures
+
+
+def _plots(rows: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path) -> list[str]:
+    figures = build_figures(rows, summary)
+    if not figures:
+        return []
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    for name, fig in figures.items():
         fig.savefig(out / name, dpi=110, bbox_inches="tight")
         plt.close(fig)
-    return list(PLOTS)
+    return list(figures)
 
 
 def load_metrics(out: Path) -> dict[str, Any]:
@@ -149,13 +189,13 @@ def write_report(folder: str | os.PathLike[str]) -> Path:
     lines = ["# evoharness run", ""]
     if data.get("note"):
         lines += [data["note"], ""]
-    lines += ["| env | policy | harness | framework | episodes | success | steps | invalid | track/commit/recall/note | prompt tokens/step (mean, max) | wall s |",
-              "|---|---|---|---|---:|---:|---:|---:|---|---|---:|"]
+    lines += ["| env | policy | harness | framework | episodes | success | env steps | model calls | invalid | track/commit/recall/note | prompt tokens/model call (mean, max) | wall s |",
+              "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for s in summary:
         m = s["mean_meta_actions"]
         lines.append(
             f"| {s['env']} | {s['policy']} | {s['harness']} | {s['framework']} | {s['episodes']} | {s['success_rate']:.0%} | "
-            f"{s['mean_steps']:.1f} | {s['mean_invalid_actions']:.1f} | {m['track']:.1f}/{m['commit']:.1f}/{m['recall']:.1f}/{m['note']:.1f} | "
+            f"{s['mean_steps']:.1f} | {s['mean_model_calls']:.1f} | {s['mean_invalid_actions']:.1f} | {m['track']:.1f}/{m['commit']:.1f}/{m['recall']:.1f}/{m['note']:.1f} | "
             f"{s['mean_prompt_tokens_per_step']:.0f}, {s['max_prompt_tokens']} | {s['mean_wall_time_s']:.1f} |")
     lines.append("")
     for line in data.get("skipped") or []:
@@ -163,6 +203,8 @@ def write_report(folder: str | os.PathLike[str]) -> Path:
     if data.get("skipped"):
         lines.append("")
     if plots:
+        lines += ["Means over the episodes of each row. The plots' x axis is the model call (one prompt, one reply); "
+                  "an environment step is one action the environment carried out.", ""]
         lines += [f"![{p[:-4].replace('_', ' ')}]({p})" for p in plots]
     else:
         lines.append("Plots need matplotlib: `pip install 'evoharness-bpe[run]'`, then `evoharness report " + str(out) + "`.")
