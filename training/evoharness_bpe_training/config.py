@@ -153,10 +153,22 @@ class CostAwareGRPOConfig(_HarnessDefaults, GRPOConfig, ModelConfig):
     charge_on_success_only: bool = field(default=False, metadata={"help": "Charge λ and μ only on successful rollouts."})
     refresh_dashboard: bool = field(default=True, metadata={"help": "Show the updated dashboard after each environment step."})
     dashboard_tokens: int = field(default=600, metadata={"help": "Dashboard token budget."})
+    rollouts: str = field(
+        default="windowed",
+        metadata={"help": "`windowed`: every model call of a rollout sees the harness's prompt (the current dashboard in "
+                          "the system prompt, the task and the recent `window` of messages), as inference does; the "
+                          "opening call is trained on the episode's reward. `trl`: TRL's multi-turn loop, one growing "
+                          "conversation whose every call is trained, on prompts inference never shows.",
+                  "choices": ["windowed", "trl"]},
+    )
+    window: int = field(default=12, metadata={"help": "Recent messages kept in each prompt of a windowed rollout "
+                                                       "(the lab's `EpisodeConfig.window`)."})
 
     def __post_init__(self) -> None:
+        if self.rollouts not in ("windowed", "trl"):
+            raise UserError(f"rollouts must be windowed or trl, not {self.rollouts!r}")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "seeds",
-                     "dashboard_tokens"):
+                     "dashboard_tokens", "window"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.num_generations < 2:

@@ -98,6 +98,7 @@ def harness_environment(
     dashboard_tokens: int = 600,
     default_difficulty: int | None = None,
     style: SpecStyle = "full",
+    tool_methods: bool = True,
 ) -> type:
     """A TRL environment class wrapping the `Env` that `env_factory` builds.
 
@@ -107,6 +108,9 @@ def harness_environment(
     `refresh_dashboard`, each environment tool's result is followed by the updated dashboard
     (counted in the ledger, hence in the reward's token cost). `style` selects the spec style of
     the tools (`evoharness_bpe.harness.episode_tools`); the class keeps them as ``tool_specs``.
+    Without `tool_methods` the class has no public tool methods (calls go through ``_dispatch``):
+    TRL then runs no tool loop of its own, for rollouts played by `rollout_episode` through a
+    ``rollout_func`` (`evoharness_bpe_training.grpo.WindowedRollouts`).
     """
     probe = env_factory()
     specs = episode_tools(probe, "bpe", style=style)
@@ -210,7 +214,7 @@ def harness_environment(
         episode_record=property(episode_record),
         __doc__=f"The {probe.name!r} environment with the BPE meta-actions, for TRL rollouts.",
     )
-    for spec in specs:
+    for spec in specs if tool_methods else ():
         namespace[spec["function"]["name"]] = _tool_method(spec, dispatch)
     class_name = "".join(part.capitalize() for part in str(probe.name).replace("_", "-").split("-") if part) or "Env"
     return type(f"{class_name}HarnessEnvironment", (), namespace)

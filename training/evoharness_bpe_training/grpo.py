@@ -7,6 +7,15 @@ meta-actions and the environment's tools; the reward (`cost_aware_reward`) is ta
 minus the price of each meta-action call and of the tokens the harness added. The policy learns
 when consulting its Belief/Progress/Experience is worth its cost. Generation uses vLLM
 (``server`` after ``trl vllm-serve``, or ``colocate``) when installed, transformers otherwise.
+
+By default (``rollouts="windowed"``) each rollout is played by `WindowedRollouts`, TRL's
+``rollout_func``: every model call sees the prompt every other loop shows (the current dashboard
+in the system prompt, the task and the recent window of messages, `evoharness_bpe.harness`).
+TRL's loss scores one prompt and one completion per rollout, and a windowed episode has a new
+prompt at every call, so the trained pair is the opening call, whose prompt the group shares,
+scored by the whole episode; later calls are trained by the step-level path
+(`evoharness_bpe_training.continuation`). ``rollouts="trl"`` keeps TRL's own multi-turn loop
+(one growing conversation, every call trained, prompts that inference never shows).
 """
 
 from __future__ import annotations
@@ -23,7 +32,16 @@ from evoharness_bpe.exceptions import UserError
 
 from .config import CHAT_TEMPLATE_KWARGS, CostAwareGRPOConfig, as_recipe, recipe_dict
 
-__all__ = ["CHAT_TEMPLATE_KWARGS", "CostAwareGRPOConfig", "GRPOResult", "run_grpo", "rollout_dataset", "opening_prompt", "render_harness_tools"]
+__all__ = [
+    "CHAT_TEMPLATE_KWARGS",
+    "CostAwareGRPOConfig",
+    "GRPOResult",
+    "WindowedRollouts",
+    "run_grpo",
+    "rollout_dataset",
+    "opening_prompt",
+    "render_harness_tools",
+]
 
 
 @dataclass
@@ -94,6 +112,85 @@ def render_harness_tools(trainer: Any, specs: list[dict[str, Any]]) -> None:
         return
     for name in env_tools:
         env_tools[name] = [dict(spec) for spec in specs]
+
+
+class _TrainerPolicy:
+    """A `Policy` that generates with the trainer's model through TRL's generation backend.
+
+    Each prompt is rendered by the chat template with the tools (as the SFT rows and
+    `TransformersPolicy(native_tools=True)` render it); replies are parsed as that policy parses
+    them. ``turns`` keeps each call's prompt ids, completion ids and sampling logprobs.
+    """
+
+    def __init__(self, trainer: Any, chat_template_kwargs: dict[str, Any]) -> None:
+        self.trainer = trainer
+        self.tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+        self.chat_template_kwargs = dict(chat_template_kwargs)
+        self.turns: list[tuple[list[int], list[int], list[float] | None]] = []
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        chat = [{**m, "content": m.get("content") or ""} for m in messages]
+        ids = self.tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=True, **self.chat_template_kwargs)["input_ids"]
+        return list(ids)
+
+    def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        return len(self.prompt_ids(messages, tools))
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        from evoharness_bpe.harness import history_message
+        from evoharness_bpe.lab.policies.toolcalls import parse_tool_calls
+
+        ids = self.prompt_ids(messages, tools)
+        # TRL's backend (transformers or vLLM, weights synced): the private hook its own tool loop uses.
+        completion_ids, logprobs = self.trainer._generate_single_turn([ids], None, {}, num_generations=1)
+        completion = [int(t) for t in completion_ids[0]]
+        self.turns.append((ids, completion, list(logprobs[0]) if logprobs is not None else None))
+        text = self.tokenizer.decode(completion, skip_special_tokens=True).strip()
+        calls = parse_tool_calls(text, {t["function"]["name"] for t in tools})
+        if not calls:
+            return {"role": "assistant", "content": text}
+        content = history_message({"content": text, "tool_calls": calls})["content"] if "<tool_call>" in text else None
+        return {"role": "assistant", "content": content, "tool_calls": [
+            {"id": f"call_{len(self.turns)}_{n}", "type": "function", "function": c} for n, c in enumerate(calls)]}
+
+
+class WindowedRollouts:
+    """TRL ``rollout_func``: each rollout's episode played through the harness loop, windowed.
+
+    TRL has reset one environment per rollout (``trainer.environments``, seed and difficulty from
+    the row); `rollout_episode` plays it to the end with the trainer's model, showing at every call
+    the system prompt with the current dashboard and the task plus the last `window` messages,
+    exactly as the core runner, both integrations and inference do. Returned for training: the
+    opening call's prompt (the row's, shared by the group) and completion; the reward reads the
+    finished episode from the environment. `max_calls` caps the model calls of an episode.
+    """
+
+    def __init__(self, *, window: int = 12, max_calls: int = 200, chat_template_kwargs: dict[str, Any] | None = None,
+                 base_prompt: str | None = None) -> None:
+        self.window = window
+        self.max_calls = max_calls
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.base_prompt = base_prompt
+        self.__name__ = "windowed_rollouts"
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        from .environment import rollout_episode
+
+        environments = getattr(trainer, "environments", None)
+        if not environments or len(environments) != len(prompts):
+            raise UserError("WindowedRollouts needs one environment per prompt: pass environment_factory= to the GRPOTrainer")
+        prompt_ids, completion_ids, logprobs = [], [], []
+        for environment in environments:
+            policy = _TrainerPolicy(trainer, self.chat_template_kwargs)
+            rollout_episode(environment, policy, seed=environment.seed, difficulty=getattr(environment.env, "difficulty", None),
+                            max_steps=self.max_calls, window_size=self.window, base_prompt=self.base_prompt)
+            ids, completion, lps = policy.turns[0]
+            prompt_ids.append(ids)
+            completion_ids.append(completion)
+            logprobs.append(lps)
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
+                "logprobs": None if any(lp is None for lp in logprobs) else logprobs}
 
 
 class _EpisodeLog:
@@ -173,9 +270,16 @@ def run_grpo(
         peft_config = None
     elif hasattr(model, "peft_config"):
         peft_config = None
+    windowed = config.rollouts == "windowed"
     environment_cls = harness_environment(
-        env_factory, refresh_dashboard=config.refresh_dashboard, dashboard_tokens=config.dashboard_tokens
+        env_factory, refresh_dashboard=config.refresh_dashboard, dashboard_tokens=config.dashboard_tokens,
+        tool_methods=not windowed,  # windowed: the rollout plays the tools; TRL runs no tool loop of its own
     )
+    rollout_func = None
+    if windowed:
+        iterations = config.max_tool_calling_iterations
+        rollout_func = WindowedRollouts(window=config.window, max_calls=200 if iterations is None else iterations + 1,
+                                        chat_template_kwargs=config.chat_template_kwargs)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[make_cost_aware_reward(config.weights(), on_rollouts=log)],
@@ -184,9 +288,11 @@ def run_grpo(
         processing_class=tokenizer,
         peft_config=peft_config,
         environment_factory=environment_cls,
+        rollout_func=rollout_func,
         callbacks=[MetricsFileCallback(out / "metrics.jsonl")],
     )
-    render_harness_tools(trainer, rollout_tool_schemas(environment_cls))
+    if not windowed:
+        render_harness_tools(trainer, rollout_tool_schemas(environment_cls))
     result = trainer.train()
     adapter_dir = out / ("adapter" if hasattr(trainer.model, "peft_config") else "model")
     trainer.model.save_pretrained(adapter_dir)
