@@ -151,14 +151,19 @@ class CostAwareGRPOConfig(_HarnessDefaults, GRPOConfig, ModelConfig):
     mu: float = field(default=0.0005, metadata={"help": "μ: price of one token the meta-actions and dashboards added."})
     invalid_penalty: float = field(default=0.1, metadata={"help": "Price of one invalid action (refused or malformed call)."})
     charge_on_success_only: bool = field(default=False, metadata={"help": "Charge λ and μ only on successful rollouts."})
-    refresh_dashboard: bool = field(default=True, metadata={"help": "Show the updated dashboard after each environment step."})
+    refresh_dashboard: bool = field(
+        default=True,
+        metadata={"help": "With `rollouts: trl`, show the updated dashboard after each environment step (windowed "
+                          "rollouts show the current one in the system prompt of every call)."},
+    )
     dashboard_tokens: int = field(default=600, metadata={"help": "Dashboard token budget."})
     rollouts: str = field(
         default="windowed",
         metadata={"help": "`windowed`: every model call of a rollout sees the harness's prompt (the current dashboard in "
                           "the system prompt, the task and the recent `window` of messages), as inference does; the "
-                          "opening call is trained on the episode's reward. `trl`: TRL's multi-turn loop, one growing "
-                          "conversation whose every call is trained, on prompts inference never shows.",
+                          "opening call is trained on the episode's reward; an episode makes at most "
+                          "`max_tool_calling_iterations` + 1 model calls (200 when unset). `trl`: TRL's multi-turn loop, "
+                          "one growing conversation whose every call is trained, on prompts inference never shows.",
                   "choices": ["windowed", "trl"]},
     )
     window: int = field(default=12, metadata={"help": "Recent messages kept in each prompt of a windowed rollout "

@@ -94,3 +94,14 @@ def test_trl_rollouts_remain_available_and_grow_one_conversation(tiny_dir, tmp_p
     run_grpo(config, env_factory=locker_env_cls, model=model, tokenizer=tokenizer, plots=False)
     first, second = seen[0], seen[-1]
     assert len(seen) == 4 and second[: len(first)] == first  # one growing conversation, the opening dashboard kept
+
+
+def test_rollout_options_are_checked() -> None:
+    from evoharness_bpe.exceptions import UserError
+
+    preset = get_preset("tiny")
+    assert preset.grpo_config().rollouts == "windowed" and preset.grpo_config().window == 12
+    with pytest.raises(UserError, match="rollouts must be windowed or trl"):
+        preset.grpo_config(rollouts="growing")
+    with pytest.raises(UserError, match="window must be at least 1"):
+        preset.grpo_config(window=0)
