@@ -1,6 +1,6 @@
 """Environments benchmark: expert success, prompt tokens by harness, the embedded model's raw success.
 
-    python bench/envs.py [--seeds 50] [--parts expert,tokens,model] [--figures docs/figures]
+    python bench/envs.py [--seeds 50] [--parts expert,tokens,compact,model] [--figures docs/figures]
 
 * expert — the scripted expert on `--seeds` seeds of every built-in environment at every
   difficulty (bpe harness; TextWorld on `--tw-seeds` tw-make games per difficulty, each made
@@ -93,10 +93,24 @@ def tokens_part(figures: Path | None) -> None:
     print(f"bpe flatness: max tokens 20 / 200 / 2,000 records = {max(curves[(20, 'bpe')])} / {max(curves[(200, 'bpe')])} / {max(bpe)}; "
           f"second half of the 2,000-record episode: {min(late)}..{max(late)} tokens ({len(bpe)} calls); "
           f"none grows to {max(none)}")
+    if figures is not None:
+        _plot_curves(curves, figures)
+
+
+def compact_part() -> None:
+    """Every difficulty-1 `bpe` prompt against the 1,024-token target, by spec style, window and template."""
+    _CountedExpert.tokenizer = _CountedExpert.tokenizer or _smollm2_tokenizer()
     print("\n### compact style, bpe harness, difficulty 1 (seeds 0-19): every prompt against the 1,024 target")
-    print("| spec style | window | dashboard tokens | min | mean | max | prompts over 1,024 |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for style, window, dashboard in (("full", 12, 600), ("compact", 12, 600), ("compact", 4, 120)):
+    print("| spec style | window | dashboard tokens | chat template | min | mean | max | prompts over 1,024 |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|")
+    from evoharness_bpe_training.student import student_chat_template
+    from evoharness_bpe_training.tiny import qwen3_chat_template
+
+    templates = {"Qwen3 (JSON tool specs)": qwen3_chat_template(), "compact (a signature line per tool)": student_chat_template()}
+    for style, window, dashboard, template in (("full", 12, 600, "Qwen3 (JSON tool specs)"), ("compact", 12, 600, "Qwen3 (JSON tool specs)"),
+                                               ("compact", 4, 120, "Qwen3 (JSON tool specs)"),
+                                               ("compact", 4, 120, "compact (a signature line per tool)")):
+        _CountedExpert.tokenizer.chat_template = templates[template]
         tokens: list[int] = []
         for seed in range(20):
             env = make_env("crm-migration", 1)
@@ -104,27 +118,29 @@ def tokens_part(figures: Path | None) -> None:
                 seed=seed, spec_style=style, window=window, dashboard_tokens=dashboard))
             tokens += trace.metadata["prompt_tokens"]
         over = sum(t > 1024 for t in tokens)
-        print(f"| {style} | {window} | {dashboard} | {min(tokens)} | {statistics.fmean(tokens):.0f} | {max(tokens)} | {over} of {len(tokens)} |")
-    if figures is not None:
-        import matplotlib
+        print(f"| {style} | {window} | {dashboard} | {template} | {min(tokens)} | {statistics.fmean(tokens):.0f} | {max(tokens)} | {over} of {len(tokens)} |")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        figures.mkdir(parents=True, exist_ok=True)
-        fig, ax = plt.subplots(figsize=(7, 4))
-        styles = {"none": "-", "append": ":", "bpe": "--"}
-        colors = {20: "tab:green", 200: "tab:orange", 2000: "tab:blue"}
-        for (records, harness), c in curves.items():
-            ax.plot(range(1, len(c) + 1), c, styles[harness], color=colors[records], label=f"{records} records, {harness}", linewidth=1.3)
-        ax.set_yscale("log")
-        ax.set_xlabel("step (model call)")
-        ax.set_ylabel("prompt tokens (log)")
-        ax.set_title("crm-migration: prompt tokens per step")
-        ax.legend(fontsize=7, ncol=3)
-        fig.tight_layout()
-        fig.savefig(figures / "crm_prompt_tokens_per_step.png", dpi=110)
-        print(f"wrote {figures / 'crm_prompt_tokens_per_step.png'}")
+def _plot_curves(curves: dict[tuple[int, str], list[int]], figures: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    styles = {"none": "-", "append": ":", "bpe": "--"}
+    colors = {20: "tab:green", 200: "tab:orange", 2000: "tab:blue"}
+    for (records, harness), c in curves.items():
+        ax.plot(range(1, len(c) + 1), c, styles[harness], color=colors[records], label=f"{records} records, {harness}", linewidth=1.3)
+    ax.set_yscale("log")
+    ax.set_xlabel("step (model call)")
+    ax.set_ylabel("prompt tokens (log)")
+    ax.set_title("crm-migration: prompt tokens per step")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(figures / "crm_prompt_tokens_per_step.png", dpi=110)
+    print(f"wrote {figures / 'crm_prompt_tokens_per_step.png'}")
 
 
 def model_part(seeds: int, max_steps: int, envs: list[str]) -> None:
@@ -158,12 +174,14 @@ def main() -> None:
     parser.add_argument("--model-seeds", type=int, default=1)
     parser.add_argument("--model-steps", type=int, default=8)
     parser.add_argument("--model-envs", default=",".join(ENVS))
-    parser.add_argument("--parts", default="expert,tokens,model")
+    parser.add_argument("--parts", default="expert,tokens,compact,model")
     parser.add_argument("--figures", type=Path, default=Path("docs/figures"))
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if "expert" in parts:
         expert_part(args.seeds, args.tw_seeds)
+    if "compact" in parts:
+        compact_part()
     if "tokens" in parts:
         tokens_part(args.figures)
     if "model" in parts:
