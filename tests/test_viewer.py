@@ -150,6 +150,16 @@ def test_the_page_steps_through_the_episode_in_headless_chromium(tmp_path: Path)
             assert await b.text("#position") == f"step {len(steps)} of {len(steps)}"
             await b.key("ArrowLeft", 37)
             assert await b.text("#position") == f"step {len(steps) - 1} of {len(steps)}"
+            # the slider and the buttons step too
+            await b.send("Runtime.evaluate", expression="const s = document.getElementById('slider'); "
+                         "s.value = '4'; s.dispatchEvent(new Event('input'))")
+            assert await b.text("#position") == f"step 4 of {len(steps)}"
+            reply = await b.text("#reply")
+            assert steps[3]["calls"] and all(c["name"] in reply for c in steps[3]["calls"])
+            await b.send("Runtime.evaluate", expression="document.getElementById('next').click()")
+            assert await b.text("#position") == f"step 5 of {len(steps)}"
+            await b.key("Home", 36)
+            assert await b.text("#position") == f"step 1 of {len(steps)}"
             # a step with a meta-action shows it with its cost; the state after is the next dashboard
             k = next(i for i, s in enumerate(steps) if s["meta_actions"])
             await b.send("Runtime.evaluate", expression=f"show({k + 1})")

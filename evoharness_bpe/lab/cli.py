@@ -8,22 +8,26 @@ argparse sub-parsers object and registers its commands (``train``, ``export`` �
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any, NoReturn
 
 from .. import __version__
 from ..exceptions import EvoHarnessError, UserError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "OneLineParser", "one_line_errors"]
 
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
+    from .runner.folder import make_out_folder
 
+    make_out_folder(Path(args.out))
     run_demo(args.out)
     return 0
 
@@ -33,7 +37,8 @@ _DEFAULT_ENVS = ["crm-migration", "compliance-review"]
 
 def _run(args: argparse.Namespace) -> int:
     from .policies.transformers import INSTALL_EMBEDDED, embedded_model_dir
-    from .registry import env_factory
+    from .policies.openai import PolicyError
+    from .registry import env_factory, load_framework
     from .runner.suite import RunConfig, RunInterrupted, run_suite
 
     for env in args.env or ():
@@ -41,6 +46,11 @@ def _run(args: argparse.Namespace) -> int:
             env_factory(env)  # fail now on an unknown name or a spec that does not load
         except UserError as exc:
             raise UserError(f"--env: {exc}") from None
+    for framework in args.framework or ():
+        try:
+            load_framework(framework)
+        except UserError as exc:
+            raise UserError(f"--framework: {exc}") from None
     if args.game and "textworld" not in (args.env or ()):
         raise UserError("--game is for TextWorld: add --env textworld")
     for game in args.game or ():
@@ -48,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError(f"--game {game} is not a file: pass TextWorld game files (.z8, .ulx or .json)")
     if args.model and "local" in (args.policy or ()):
         _check_model_folder(args.model)
+    if "openai" in (args.policy or ()) and not args.base_url.startswith(("http://", "https://")):
+        raise UserError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
     note = None
     policies = args.policy
     model_steps, new_tokens = 40, 96
@@ -72,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     try:
         data = run_suite(config)
+    except PolicyError as exc:
+        raise UserError(f"{str(exc).rstrip('.')}; {_endpoint_hint(exc, config.base_url)}") from None
     except RunInterrupted as exc:
         finished, planned = getattr(exc, "finished", 0), getattr(exc, "planned", 0)
         print(f"evoharness: interrupted after {finished} of {planned} episodes; results in {config.out}; "
@@ -85,6 +99,21 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _endpoint_hint(error: BaseException, base_url: str) -> str:
+    """What to do about a failed call to the model endpoint at `base_url` (the finished episodes are kept)."""
+    status = getattr(error.__cause__, "status_code", None)
+    if status in (401, 403):
+        fix = "pass the endpoint's key with --api-key or set OPENAI_API_KEY"
+    elif status == 404:
+        fix = f"check that --base-url {base_url} ends in /v1 and that the server serves --model"
+    elif status is None:
+        fix = (f"is a server running at {base_url}? Start it, or pass the --base-url of a running "
+               "OpenAI-compatible server (…/v1)")
+    else:
+        fix = "check the server's log"
+    return f"{fix}; finished episodes are kept: continue with --resume"
+
+
 def _view(args: argparse.Namespace) -> int:
     from .viewer import write_page
 
@@ -94,9 +123,13 @@ def _view(args: argparse.Namespace) -> int:
 
 def _consolidate(args: argparse.Namespace) -> int:
     from ..consolidator import ConsolidationFailed, OpenAITeacher, consolidate_traces
+    from .runner.folder import make_out_folder
 
     if not args.base_url.startswith(("http://", "https://")):
         raise UserError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+    if not Path(args.traces).exists():
+        raise UserError(f"{args.traces} does not exist: pass a JSONL trace file or a folder of them")
+    make_out_folder(Path(args.out))
     teacher = OpenAITeacher(args.model, args.base_url, api_key=args.api_key, timeout=args.timeout)
 
     def retrying(episode: str, attempt: int, delay: float, error: BaseException) -> None:
@@ -149,14 +182,22 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, not {value}")
-    return value
+def _at_least(low: int | float, kind: type = int) -> Callable[[str], Any]:
+    """An argparse type: a number (whole with `kind` int) of at least `low`."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, not {text!r}") from None
+        if value < low or value != value:  # NaN is no number of seconds
+            raise argparse.ArgumentTypeError(f"expected at least {low}, not {text}")
+        return value
+
+    return parse
+
+
+_positive = _at_least(1)
 
 
 def quiet_third_parties() -> None:
@@ -174,24 +215,40 @@ def quiet_third_parties() -> None:
         import datasets  # noqa: PLC0415
 
         datasets.disable_progress_bars()
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # each failed connection attempt, before our one line
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"  # type: ignore[assignment]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line that points to ``--help`` (not the whole usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Make `parser` (any argparse parser, e.g. TRL's) report a bad flag in one line."""
+    parser.error = OneLineParser.error.__get__(parser)  # type: ignore[method-assign]
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with the built-in commands and every installed plug-in command."""
-    parser = argparse.ArgumentParser(prog="evoharness", description="Belief/Progress/Experience harness for agents.")
+    parser = OneLineParser(prog="evoharness", description="Belief/Progress/Experience harness for agents.")
     parser.add_argument("--version", action="version", version=f"evoharness {__version__}")
     parser.add_argument("--verbose", action="store_true", help="show third-party warnings and progress bars")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = commands.add_parser("demo", help="play a short scripted episode and print its dashboards")
+    demo = commands.add_parser("demo", help="play a short scripted episode and print its dashboards",
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     demo.add_argument("--out", default="evoharness-demo", help="folder for the trace and the experience store")
     demo.set_defaults(handler=_demo)
     run = commands.add_parser(
         "run", help="run episodes on built-in environments and write traces, metrics and a report",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="The openai policy reads OPENAI_API_KEY when --api-key is not given. A run folder holds "
+        epilog="The openai policy reads OPENAI_API_KEY when --api-key is not given, and OPENAI_TIMEOUT, OPENAI_MAX_TOKENS, "
+        "EVOHARNESS_TOOL_CHOICE and EVOHARNESS_NULL_CONTENT (see the README). A run folder holds "
         "traces.jsonl, metrics.json, report.md with its plots, and experience.db (the run's own Experience store).",
         description="With no options: a short offline comparison of the three harnesses with the embedded "
         "model (or the expert policies when it is not installed).",
@@ -212,9 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--episodes", type=_positive, default=1, help="episodes per combination")
     run.add_argument("--seed", type=int, default=0, help="first seed")
     run.add_argument("--difficulty", type=int, default=1, choices=[1, 2, 3], help="longer horizons as it grows")
-    run.add_argument("--max-steps", type=int, help="model calls per episode (default: the environment's budget)")
+    run.add_argument("--max-steps", type=_positive, help="model calls per episode (default: the environment's budget)")
     run.add_argument("--epsilon", type=_fraction, default=0.1, help="mistake rate of the noisy expert, in [0, 1]")
-    run.add_argument("--window", type=int, default=12, help="recent messages kept by append and bpe")
+    run.add_argument("--window", type=_at_least(2), default=12, help="recent messages kept by append and bpe")
     run.add_argument("--out", default="evoharness-run", help="output folder")
     run.set_defaults(handler=_run)
     report = commands.add_parser("report", help="redraw report.md and its plots from a run folder")
@@ -237,9 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="OpenAI-compatible endpoint of the teacher (…/v1)")
     consolidate.add_argument("--model", default="teacher", help="model name sent to the teacher")
     consolidate.add_argument("--api-key", help="API key of the endpoint (default: $OPENAI_API_KEY)")
-    consolidate.add_argument("--timeout", type=float, default=120.0, help="seconds per teacher request")
-    consolidate.add_argument("--retries", type=int, default=3, help="retries of a failed request (doubling backoff)")
-    consolidate.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry")
+    consolidate.add_argument("--timeout", type=_at_least(0.001, float), default=120.0, help="seconds per teacher request")
+    consolidate.add_argument("--retries", type=_at_least(0), default=3, help="retries of a failed request (doubling backoff)")
+    consolidate.add_argument("--backoff", type=_at_least(0.0, float), default=1.0, help="seconds before the first retry")
     consolidate.add_argument("--out", default="evoharness-consolidation", help="output folder")
     again = consolidate.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue the dataset in --out: skip the episodes done")

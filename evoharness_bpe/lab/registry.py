@@ -33,6 +33,7 @@ __all__ = [
     "FRAMEWORK_GROUP",
     "BUILTIN_ENVS",
     "BUILTIN_FRAMEWORKS",
+    "SHIPPED_INTEGRATIONS",
     "available_envs",
     "available_frameworks",
     "env_factory",
@@ -116,6 +117,10 @@ def make_env(name: str, difficulty: int = 1, **kwargs: Any) -> Env:
     return env_factory(name, difficulty=difficulty)(**kwargs)
 
 
+SHIPPED_INTEGRATIONS = {"langgraph": "evoharness-bpe-langgraph", "llamaindex": "evoharness-bpe-llamaindex"}
+"""The framework integrations in this repository (``integrations/NAME``) and their package names."""
+
+
 def load_framework(name: str) -> FrameworkRunner:
     """The runner of framework `name` (a registered name or ``module:function``)."""
     try:
@@ -123,10 +128,12 @@ def load_framework(name: str) -> FrameworkRunner:
     except UserError as exc:
         if ":" in name or "cannot load" in str(exc):
             raise
-        raise UserError(
-            f"framework {name!r} is not installed; available: {', '.join(available_frameworks())}. "
-            f"Install its integration, e.g. `pip install evoharness-bpe-{name}`."
-        ) from None
+        if name in SHIPPED_INTEGRATIONS:
+            hint = f"install its integration: pip install -e integrations/{name} (the {SHIPPED_INTEGRATIONS[name]} package)"
+        else:
+            hint = (f"it is no integration of this project (those are {', '.join(SHIPPED_INTEGRATIONS)}): "
+                    "choose an available one or pass package.module:function")
+        raise UserError(f"framework {name!r} is not installed; available: {', '.join(available_frameworks())}; {hint}") from None
     if not callable(target):
         raise UserError(f"framework {name!r} is not a runner function")
     return target  # type: ignore[no-any-return]

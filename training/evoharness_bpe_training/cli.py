@@ -94,6 +94,34 @@ def _check_traces(path: str | None, phase: str) -> None:
         raise UserError(f"--traces {path} does not exist: pass {_TRACES_HELP}")
 
 
+def _check_config(path: str) -> None:
+    """A ``--config`` file that exists and holds a YAML mapping (TRL's parser reads it later)."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"--config {path} {'is a folder' if file.is_dir() else 'does not exist'}: pass a recipe YAML file "
+                        "(field: value lines, e.g. learning_rate: 1.0e-4)")
+    try:
+        data = yaml.safe_load(file.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"--config {path} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"--config {path} is not valid YAML ({problem}{where}): fix the file") from None
+    if data is not None and not isinstance(data, dict):
+        raise UserError(f"--config {path} must hold field: value lines (a YAML mapping), not a {type(data).__name__}")
+
+
+def _flag_names(text: str) -> str:
+    """The flags of a TRL "unknown arguments" message (``['--x', '3', '--y']``) as ``--x, --y``."""
+    import re
+
+    return ", ".join(re.findall(r"'(--?[^']+)'", text)) or text
+
+
 def _prescan(argv: list[str]) -> argparse.Namespace:
     """The flags checked before TRL is imported (a typo there should not cost the import)."""
     scan = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
@@ -101,6 +129,7 @@ def _prescan(argv: list[str]) -> argparse.Namespace:
     scan.add_argument("--output-dir", "--output_dir", dest="output_dir")
     scan.add_argument("--model", "--model_name_or_path", "--model-name-or-path", dest="model")
     scan.add_argument("--traces")
+    scan.add_argument("--config")
     scan.add_argument("--dry-run", "--dry_run", dest="dry_run", nargs="?", const="true")
     scan.add_argument("-h", "--help", dest="help", action="store_true")
     known, _ = scan.parse_known_args(argv)
@@ -108,14 +137,17 @@ def _prescan(argv: list[str]) -> argparse.Namespace:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from rich.progress import track
-
     from .datasets import NoTrainingRows, export_dataset, load_traces, traces_to_sft_dataset
 
     if not Path(args.traces).exists():
         raise UserError(f"{args.traces} does not exist: pass a JSONL trace file or a folder of them")
     _check_out(args.out, "--out", create=True)
-    traces = [t for t in track(load_traces(args.traces), description="reading traces", transient=True)]
+    if sys.stdout.isatty():
+        from rich.progress import track
+
+        traces = list(track(load_traces(args.traces), description="reading traces", transient=True))
+    else:  # logs: no progress output at all (rich would leave a blank line)
+        traces = list(load_traces(args.traces))
     if not traces:
         raise UserError(f"{args.traces} holds no traces")
     try:
@@ -133,6 +165,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def parse_train_args(phase: str, argv: Sequence[str]) -> tuple[CommandArguments, Any]:
     """``(command arguments, recipe config)`` of ``train <phase>`` from its flags, preset and ``--config`` file."""
+    from evoharness_bpe.lab.cli import one_line_errors
     from trl import TrlParser
 
     from .config import CostAwareGRPOConfig, SFTRecipeConfig
@@ -146,10 +179,18 @@ def parse_train_args(phase: str, argv: Sequence[str]) -> tuple[CommandArguments,
     unknown = parser.set_defaults_with_config(**preset.recipe(phase))
     if unknown:
         raise UserError(f"preset {preset.name} sets fields that {cls.__name__} lacks: {' '.join(unknown[::2])}")
+    one_line_errors(parser)
     try:
         command, config = parser.parse_args_and_config(argv)
     except ValueError as exc:  # TRL's validation, or keys a --config file has and the config lacks
-        raise UserError(str(exc).splitlines()[0]) from None
+        message = str(exc).splitlines()[0]
+        if message.startswith("Unknown arguments from config file"):
+            fields = _flag_names(message).replace("--", "")
+            config_file = _prescan(argv).config
+            message = f"--config {config_file} sets fields that train {phase} does not have: {fields} (see: evoharness train {phase} --help)"
+        elif message.startswith("Some specified arguments are not used"):
+            message = f"unknown flag(s) {_flag_names(message)} (see: evoharness train {phase} --help)"
+        raise UserError(message) from None
     return command, config
 
 
@@ -160,6 +201,8 @@ def _train(phase: str, args: argparse.Namespace) -> int:
     early = _prescan(argv)
     if not early.help:
         get_preset(early.preset)
+        if early.config is not None:
+            _check_config(early.config)
         if early.traces is not None:
             _check_traces(early.traces, phase)
         if early.model is not None:
@@ -225,16 +268,27 @@ def _print_dry_run(config: Any, preset: Any) -> int:
     return 0
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), not {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), not {text}")
+    return value
+
+
 def register(commands: Any) -> None:
     """Add ``export`` and ``train sft|grpo`` to the `evoharness` command."""
-    export = commands.add_parser("export", help="turn traces into an SFT dataset (parquet or JSONL)")
+    export = commands.add_parser("export", help="turn traces into an SFT dataset (parquet or JSONL)",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     export.add_argument("traces", help="a JSONL trace file or a folder of them")
-    export.add_argument("--out", required=True, help="output folder (train and eval files)")
+    export.add_argument("--out", required=True, default=argparse.SUPPRESS, help="output folder (train and eval files)")
     export.add_argument("--format", choices=("parquet", "jsonl"), default="parquet", help="file format")
     export.add_argument("--all", action="store_true", help="keep failed episodes too")
     export.add_argument("--balance-positions", action="store_true",
                         help="give every call position as many rows as episodes reaching it")
-    export.add_argument("--eval-fraction", type=float, default=0.1, help="share of episodes held out")
+    export.add_argument("--eval-fraction", type=_share, default=0.1, help="share of episodes held out, in [0, 1)")
     export.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
     export.set_defaults(handler=_export)
 

@@ -85,3 +85,45 @@ def test_errors_speak_the_flags(places) -> None:
     _one_line(_cli("train", "sft", "--output-dir", str(places["root"] / "runs")), "--traces")
     _one_line(_cli("train", "sft", "--traces", str(places["root"] / "nope.jsonl")), "--traces", "does not exist")
     _one_line(_cli("train", "sft", "--preset", "gpt-9"), "unknown preset")
+
+
+RECIPES = {
+    "missing": (None, "does not exist"),
+    "broken YAML": ("learning_rate: [1\n  bad: : :\n", "is not valid YAML"),
+    "a list": ("- a\n- b\n", "YAML mapping"),
+    "an unknown field": ("no_such_field: 3\n", "no_such_field"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECIPES))
+def test_train_refuses_an_unusable_config_file(places, case: str) -> None:
+    text, words = RECIPES[case]
+    recipe = places["root"] / f"recipe-{case.replace(' ', '-')}.yaml"
+    if text is not None:
+        recipe.write_text(text)
+    out = _cli("train", "sft", "--traces", str(places["traces"]), "--config", str(recipe), "--dry-run",
+               "--output-dir", str(places["root"] / "runs"))
+    _one_line(out, "--config", words)
+
+
+def test_train_reads_its_flags_from_a_yaml_file_and_the_command_line_wins(places) -> None:
+    import json
+
+    recipe = places["root"] / "recipe.yaml"
+    recipe.write_text("learning_rate: 1.0e-4\nnum_train_epochs: 2\n")
+    out = _cli("train", "sft", "--traces", str(places["traces"]), "--config", str(recipe), "--dry-run",
+               "--learning-rate", "3e-4", "--output-dir", str(places["root"] / "runs"))
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out.stdout)["recipe"]
+    assert resolved["num_train_epochs"] == 2 and resolved["learning_rate"] == 3e-4
+
+
+def test_a_bad_flag_is_one_line_without_the_usage(places) -> None:
+    _one_line(_cli("train", "sft", "--traces", str(places["traces"]), "--no-such-flag", "3"), "unknown flag", "--no-such-flag")
+    bad_float = _cli("train", "sft", "--traces", str(places["traces"]), "--learning-rate", "abc")
+    assert bad_float.returncode == 2 and "Traceback" not in bad_float.stderr
+    lines = [line for line in bad_float.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--learning-rate" in lines[0] and "--help" in lines[0], bad_float.stderr
+    share = _cli("export", str(places["traces"]), "--out", str(places["root"] / "e"), "--eval-fraction", "2")
+    lines = [line for line in share.stderr.splitlines() if line.strip()]
+    assert share.returncode == 2 and len(lines) == 1 and "--eval-fraction" in lines[0], share.stderr

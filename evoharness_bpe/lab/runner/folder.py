@@ -19,11 +19,23 @@ from typing import Literal
 from ...exceptions import UserError
 from ...trace import Trace, read_traces
 
-__all__ = ["FolderMode", "RUN_FILES", "prepare_folder", "finished_episodes", "episode_key", "checkpoint_store", "restore_store"]
+__all__ = ["FolderMode", "RUN_FILES", "make_out_folder", "prepare_folder", "finished_episodes", "episode_key", "checkpoint_store", "restore_store"]
 
 FolderMode = Literal["new", "resume", "overwrite"]
 STORE, CHECKPOINT = "experience.db", "experience.checkpoint.db"
 RUN_FILES = ("traces.jsonl", "metrics.json", "report.md", STORE, CHECKPOINT)
+
+
+def make_out_folder(out: Path, flag: str = "--out") -> None:
+    """Create the output folder `out`, or raise a `UserError` naming `flag` that says why it cannot be one."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out} is a file, not a folder: choose another {flag}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{flag} {out} cannot be created ({exc.strerror or exc}): choose another {flag}") from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {out} is not writable: choose another {flag}")
 
 
 def prepare_folder(out: Path, mode: FolderMode, plots: Iterable[str] = ()) -> None:
@@ -32,14 +44,7 @@ def prepare_folder(out: Path, mode: FolderMode, plots: Iterable[str] = ()) -> No
     ``new`` refuses a folder that holds anything; ``resume`` needs nothing; ``overwrite`` removes
     the files a run writes (and nothing else).
     """
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder: choose another --out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {out} cannot be created ({exc.strerror or exc}): choose another --out") from exc
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise UserError(f"--out {out} is not writable: choose another --out")
+    make_out_folder(out)
     present = sorted(p.name for p in out.iterdir())
     if mode == "new" and present:
         raise UserError(

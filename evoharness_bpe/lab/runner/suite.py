@@ -11,6 +11,7 @@ are written from the finished episodes and `RunInterrupted` is raised.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..envs import make_env
-from ...exceptions import UserError
+from ...exceptions import StoreError, UserError
 from ..frameworks import EpisodeConfig
 from ..registry import load_framework
 from ..policy import ChatMessage, Policy
@@ -120,14 +121,30 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
 
 
 def open_store(spec: str | None, out: Path) -> ExperienceStore:
-    """The run's Experience store: a PostgreSQL DSN, an SQLite path, or ``OUT/experience.db``."""
-    if spec and (spec.startswith(("postgresql://", "postgres://")) or "dbname=" in spec):
-        from ...stores.postgres import PostgresExperienceStore  # noqa: PLC0415
+    """The run's Experience store: a PostgreSQL DSN, an SQLite path, or ``OUT/experience.db``.
 
-        return PostgresExperienceStore(spec)
-    from ...stores.sqlite import SQLiteExperienceStore  # noqa: PLC0415
+    A `spec` that cannot be opened is a `UserError` naming ``--store`` (with any password hidden).
+    """
+    try:
+        if spec and (spec.startswith(("postgresql://", "postgres://")) or "dbname=" in spec):
+            from ...stores.postgres import PostgresExperienceStore  # noqa: PLC0415
 
-    return SQLiteExperienceStore(spec or out / "experience.db")
+            return PostgresExperienceStore(spec)
+        from ...stores.sqlite import SQLiteExperienceStore  # noqa: PLC0415
+
+        return SQLiteExperienceStore(spec or out / "experience.db")
+    except (OSError, StoreError) as exc:
+        if spec is None:
+            raise
+        detail = (getattr(exc, "strerror", None) or str(exc)).splitlines()[0][:200]
+        raise UserError(f"--store {hide_password(spec)} cannot be opened ({hide_password(detail)}): pass an SQLite file "
+                        "path in a writable folder, or the DSN of a running PostgreSQL server") from None
+
+
+def hide_password(text: str) -> str:
+    """`text` with the password of a DSN (``user:secret@`` or ``password=secret``) replaced by ``***``."""
+    text = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
 
 
 class _Progress:
@@ -235,7 +252,10 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
             close = getattr(env, "close", None)
             if close:
                 close()
-    data = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items() if k != "api_key"},
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items() if k != "api_key"}
+    if settings.get("store"):
+        settings["store"] = hide_password(settings["store"])  # metrics.json is shared; a DSN's password is not
+    data = {"config": settings,
             "note": config.note, "skipped": skipped, "summary": summarize(rows), "episodes": rows,
             "finished": len(rows), "planned": total}
     (out / "metrics.json").write_text(json.dumps(data, indent=1), "utf-8")
