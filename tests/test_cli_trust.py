@@ -132,7 +132,8 @@ def _refusing_port() -> int:
 
 def test_bad_flag_values_are_one_line_without_the_usage(tmp_path: Path) -> None:
     quick = ["run", "--env", "crm-migration", "--policy", "expert", "--harness", "bpe"]
-    _only_line(_cli("run", "--epsilon", "2", cwd=tmp_path), "--epsilon", "[0, 1]", "evoharness run --help")
+    _only_line(_cli("run", "--epsilon", "2", cwd=tmp_path), "--epsilon", "[0, 1)", "evoharness run --help")
+    _only_line(_cli("run", "--epsilon", "1", cwd=tmp_path), "--epsilon", "[0, 1)")  # 1: the noisy expert never finishes
     _only_line(_cli(*quick, "--window", "0", "--out", "w", cwd=tmp_path), "--window", "at least 2")
     _only_line(_cli(*quick, "--max-steps", "0", "--out", "w", cwd=tmp_path), "--max-steps", "at least 1")
     _only_line(_cli(*quick, "--max-steps", "-3", "--out", "w", cwd=tmp_path), "--max-steps")
@@ -226,3 +227,27 @@ def test_a_missing_framework_names_the_flag_and_only_real_packages(tmp_path: Pat
     monkeypatch.setattr(registry, "_resolve", missing)   # as if the LangGraph integration were not installed
     with pytest.raises(UserError, match=r"pip install -e integrations/langgraph \(the evoharness-bpe-langgraph package\)"):
         registry.load_framework("langgraph")
+
+
+def test_a_value_error_no_check_caught_is_one_line_and_verbose_shows_the_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from evoharness_bpe.lab import cli
+    from evoharness_bpe.lab.frameworks import EpisodeConfig
+
+    def pydantic_error(_args: object) -> int:
+        EpisodeConfig(window=0)
+        return 0
+
+    def plain_error(_args: object) -> int:
+        raise ValueError("epsilon must be in [0, 1)\nsecond line")
+
+    monkeypatch.setattr(cli, "_report", pydantic_error)
+    assert cli.main(["report", "x"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("evoharness: error: window: ") and "--verbose" in err[0], err
+    monkeypatch.setattr(cli, "_report", plain_error)
+    assert cli.main(["report", "x"]) == 1
+    assert capsys.readouterr().err == ("evoharness: error: epsilon must be in [0, 1) "
+                                       "(run again with --verbose for the traceback)\n")
+    with pytest.raises(ValueError, match="epsilon"):
+        cli.main(["--verbose", "report", "x"])

@@ -172,13 +172,14 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fraction(text: str) -> float:
+def _rate(text: str) -> float:
+    """An argparse type: a rate in [0, 1) (1 would mean only mistakes: the noisy expert never finishes)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], not {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], not {text}")
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), not {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), not {text}")
     return value
 
 
@@ -270,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="first seed")
     run.add_argument("--difficulty", type=int, default=1, choices=[1, 2, 3], help="longer horizons as it grows")
     run.add_argument("--max-steps", type=_positive, help="model calls per episode (default: the environment's budget)")
-    run.add_argument("--epsilon", type=_fraction, default=0.1, help="mistake rate of the noisy expert, in [0, 1]")
+    run.add_argument("--epsilon", type=_rate, default=0.1, help="mistake rate of the noisy expert, in [0, 1)")
     run.add_argument("--window", type=_at_least(2), default=12, help="recent messages kept by append and bpe")
     run.add_argument("--out", default="evoharness-run", help="output folder")
     run.set_defaults(handler=_run)
@@ -307,6 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _first_line(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)  # pydantic's ValidationError: the first field and what is wrong with it
+    if callable(errors):
+        try:
+            first = errors()[0]
+            return f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', exc)}"
+        except (TypeError, IndexError, AttributeError):
+            pass
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
@@ -321,6 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args) or 0)
     except EvoHarnessError as exc:
         print(f"evoharness: error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # a value no flag check caught: one line, the traceback with --verbose
+        if args.verbose:
+            raise
+        print(f"evoharness: error: {_first_line(exc)} (run again with --verbose for the traceback)", file=sys.stderr)
         return 1
     except OSError as exc:  # an unusable path or a refused connection: one line, not a traceback
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""

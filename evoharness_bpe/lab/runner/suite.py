@@ -52,7 +52,7 @@ class RunConfig:
     max_steps: int | None = field(default=None, metadata={"help": "model calls per episode (default: the environment's budget)"})
     model_max_steps: int = field(default=40, metadata={"help": "model calls per episode of the local and openai policies when max_steps is not set"})
     max_new_tokens: int = field(default=96, metadata={"help": "reply length of the local policy"})
-    epsilon: float = field(default=0.1, metadata={"help": "mistake rate of the noisy expert"})
+    epsilon: float = field(default=0.1, metadata={"help": "mistake rate of the noisy expert, in [0, 1)"})
     window: int = field(default=12, metadata={"help": "recent messages kept by the append and bpe harnesses"})
     note: str | None = field(default=None, metadata={"help": "a line for the top of the report"})
     mode: FolderMode = field(default="new", metadata={"help": "new (refuse a folder with a run), resume or overwrite"})
@@ -69,8 +69,8 @@ class RunConfig:
                 raise UserError(f"unknown harness {h!r}; choose from none, append, bpe")
         if self.episodes < 1:
             raise UserError("--episodes must be at least 1")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise UserError(f"--epsilon is a mistake rate in [0, 1], not {self.epsilon}")
+        if not 0.0 <= self.epsilon < 1.0:
+            raise UserError(f"--epsilon is a mistake rate in [0, 1), not {self.epsilon}")
         if self.mode not in ("new", "resume", "overwrite"):
             raise UserError(f"mode must be new, resume or overwrite, not {self.mode!r}")
         if "openai" in self.policies and not self.model:
