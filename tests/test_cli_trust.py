@@ -251,3 +251,23 @@ def test_a_value_error_no_check_caught_is_one_line_and_verbose_shows_the_traceba
                                        "(run again with --verbose for the traceback)\n")
     with pytest.raises(ValueError, match="epsilon"):
         cli.main(["--verbose", "report", "x"])
+
+
+def test_an_os_error_from_any_command_names_the_flag_of_its_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from evoharness_bpe.lab import cli
+
+    def blocked(_args: object) -> int:                     # a command that writes under its --out without checking it
+        (tmp_path / "afile").write_text("x")
+        (tmp_path / "afile" / "deeper").mkdir(parents=True)
+        return 0
+
+    monkeypatch.setattr(cli, "_demo", blocked)
+    assert cli.main(["demo", "--out", str(tmp_path / "afile" / "deeper")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"evoharness: error: --out {tmp_path / 'afile' / 'deeper'} cannot be used ("), err
+    assert err[0].endswith("choose another --out")
+    assert cli._flag_of("a/b.db", ["mcp", "--store=a/b.db"]) == ("--store", "a/b.db")
+    assert cli._flag_of("a", ["reproduce", "--out", "a/b"]) == ("--out", "a/b")
+    assert cli._flag_of("elsewhere/x", ["run", "--out", "r", "--store", "s.db"]) is None
+    assert cli._flag_of("a/x", ["run", "--out", "."]) is None

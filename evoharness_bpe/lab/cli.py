@@ -308,6 +308,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _flag_of(path: str, argv: list[str]) -> tuple[str, str] | None:
+    """The flag (and its value) whose path is `path`, lies under it, or holds it: who to blame for an OSError."""
+    def related(value: str) -> bool:
+        a, b = Path(value), Path(path)
+        return a == b or b in a.parents or a in b.parents
+
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg.partition("=")
+        if not eq:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                continue
+            value = argv[i + 1]
+        if value and value not in (".", "/") and related(value):
+            return name, value
+    return None
+
+
 def _first_line(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)  # pydantic's ValidationError: the first field and what is wrong with it
     if callable(errors):
@@ -340,8 +359,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"evoharness: error: {_first_line(exc)} (run again with --verbose for the traceback)", file=sys.stderr)
         return 1
     except OSError as exc:  # an unusable path or a refused connection: one line, not a traceback
-        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        print(f"evoharness: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        filename = getattr(exc, "filename", None)
+        flag = _flag_of(str(filename), list(sys.argv[1:] if argv is None else argv)) if filename else None
+        if flag is not None:
+            name, value = flag
+            print(f"evoharness: error: {name} {value} cannot be used ({exc.strerror or exc}: {filename}): "
+                  f"choose another {name}", file=sys.stderr)
+        else:
+            where = f" ({filename})" if filename else ""
+            print(f"evoharness: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("evoharness: interrupted", file=sys.stderr)

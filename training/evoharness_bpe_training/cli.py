@@ -240,6 +240,13 @@ def _run_grpo(config: Any) -> int:
 
     if not config.environment:
         raise UserError("train grpo needs --env: a built-in environment name (e.g. crm-migration) or package.module:Factory")
+    if isinstance(config.environment, str):
+        from evoharness_bpe.lab.registry import env_factory
+
+        try:
+            env_factory(config.environment)  # an unknown name fails here, before a model is loaded
+        except UserError as exc:
+            raise UserError(f"--env: {exc}") from None
     result = run_grpo(config)
     overall = result.metrics["harness"]["overall"] or {}
     print(

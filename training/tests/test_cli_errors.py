@@ -127,3 +127,7 @@ def test_a_bad_flag_is_one_line_without_the_usage(places) -> None:
     share = _cli("export", str(places["traces"]), "--out", str(places["root"] / "e"), "--eval-fraction", "2")
     lines = [line for line in share.stderr.splitlines() if line.strip()]
     assert share.returncode == 2 and len(lines) == 1 and "--eval-fraction" in lines[0], share.stderr
+
+
+def test_train_grpo_names_the_env_flag_of_an_unknown_environment(places) -> None:
+    _one_line(_cli("train", "grpo", "--env", "no-such-env", "--output-dir", str(places["root"] / "grpo")), "--env", "no-such-env")
