@@ -95,7 +95,7 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
         path = Path(name)
         problem = model_folder_problem(name)
         if problem:
-            raise UserError(f"model {name}: {problem}")
+            raise UserError(f"--model {name}: {problem}")
         if gguf_file is None and not (path / "config.json").exists():
             gguf_file = sorted(p.name for p in path.glob("*.gguf"))[0]
         kwargs = {"gguf_file": gguf_file} if gguf_file else {}
@@ -103,7 +103,8 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
         except (OSError, ValueError, KeyError) as exc:
-            raise UserError(f"model {name} could not be loaded: {str(exc).splitlines()[0][:200]}") from None
+            raise UserError(f"--model {name} could not be loaded ({str(exc).splitlines()[0][:200]}): pass a saved "
+                            "Hugging Face model folder with its weights and tokenizer") from None
         if gguf_file:
             model = _trainable(model)
     if tokenizer.pad_token is None:

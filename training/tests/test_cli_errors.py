@@ -131,3 +131,12 @@ def test_a_bad_flag_is_one_line_without_the_usage(places) -> None:
 
 def test_train_grpo_names_the_env_flag_of_an_unknown_environment(places) -> None:
     _one_line(_cli("train", "grpo", "--env", "no-such-env", "--output-dir", str(places["root"] / "grpo")), "--env", "no-such-env")
+
+
+def test_train_names_the_model_flag_when_a_folder_has_a_config_but_no_weights(places) -> None:
+    folder = places["root"] / "no-weights"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text('{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, '
+                                        '"num_hidden_layers": 1, "intermediate_size": 64, "vocab_size": 100}')
+    out = _cli("train", "sft", "--traces", str(places["traces"]), "--model", str(folder), "--output-dir", str(places["root"] / "nw"))
+    _one_line(out, f"--model {folder} could not be loaded", "pass a saved Hugging Face model folder")
