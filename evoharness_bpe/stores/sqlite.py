@@ -74,19 +74,33 @@ DROP TABLE IF EXISTS entries_vocab;
 DROP TABLE IF EXISTS entries_fts;
 """
 _EMBED_BATCH = 256
+_BODIES_KEPT = 16_384  # about 4 MB of lessons of a few hundred characters
 
 
 class _Shelf:
-    """One namespace's search index in this process, current up to change `seq`."""
+    """One namespace's search index in this process, current up to change `seq`.
 
-    __slots__ = ("index", "vectors", "seq")
+    `bodies` keeps the stored JSON of recently returned rows, so that a search need not read
+    them again; applying a change to a row drops its copy.
+    """
+
+    __slots__ = ("index", "vectors", "seq", "bodies")
 
     def __init__(self, seq: int) -> None:
         self.index: BM25Index[int] = BM25Index()
         self.vectors: VectorIndex[int] = VectorIndex()
         self.seq = seq
+        self.bodies: dict[int, str] = {}
+
+    def keep(self, bodies: dict[int, str]) -> None:
+        """Remember these rows' bodies, forgetting the least recently used beyond the limit."""
+        kept = self.bodies
+        kept.update(bodies)
+        while len(kept) > _BODIES_KEPT:
+            del kept[next(iter(kept))]
 
     def apply(self, rowid: int, row: tuple[str, bytes | None] | None) -> None:
+        self.bodies.pop(rowid, None)
         if row is None:
             self.index.remove(rowid)
             self.vectors.remove(rowid)
@@ -111,7 +125,9 @@ class SQLiteExperienceStore(ExperienceStore):
     the namespace's first search and then kept current from a log of changes the database
     writes in the same transaction as each change, so writes from other processes are seen on
     the next search. A search inside an open transaction also sees that transaction's own
-    writes (scored beside the shared index, which holds committed rows only).
+    writes (scored beside the shared index, which holds committed rows only). The JSON of
+    recently returned rows is kept beside the index and dropped with every logged change to
+    them, so repeated searches skip reading them without ever returning a stale entry.
 
     The file records the version of the text processing its terms came from
     (`evoharness_bpe.text.TEXT_VERSION`); a file written under another version (including
@@ -368,11 +384,34 @@ class SQLiteExperienceStore(ExperienceStore):
                 ranked = reciprocal_rank_fusion(ranked, similar, self.fusion)[:k]
             if not ranked:
                 return []
-            marks = ",".join("?" * len(ranked))
-            bodies = dict(conn.execute(f"SELECT rowid, body FROM entries WHERE rowid IN ({marks})",
-                                       [rowid for rowid, _ in ranked]).fetchall())
+            with self._index_lock:
+                bodies = self._bodies(conn, shelf, [rowid for rowid, _ in ranked], {rowid for rowid, _, _ in pending})
         return [ScoredEntry(entry=ExperienceEntry.model_validate_json(bodies[rowid]), score=score)
                 for rowid, score in ranked if rowid in bodies]
+
+    def _bodies(self, conn: sqlite3.Connection, shelf: _Shelf, rowids: list[int], pending: set[int]) -> dict[int, str]:
+        """The stored JSON of these rows, from the shelf's copies or the file, under `_index_lock`.
+
+        Rows read from the file are remembered unless they are the open transaction's own
+        (uncommitted) writes. A copy cannot go stale: a row read after the index was brought up
+        to date is changed later only through a logged change, which drops the copy when the
+        index applies it (a rolled-back transaction drops every shelf).
+        """
+        kept = shelf.bodies
+        bodies = {}
+        for rowid in rowids:
+            body = kept.pop(rowid, None)
+            if body is not None:
+                kept[rowid] = body  # most recently used last
+                if rowid not in pending:
+                    bodies[rowid] = body
+        missing = [rowid for rowid in rowids if rowid not in bodies]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            read = dict(conn.execute(f"SELECT rowid, body FROM entries WHERE rowid IN ({marks})", missing).fetchall())
+            bodies.update(read)
+            shelf.keep({rowid: body for rowid, body in read.items() if rowid not in pending})
+        return bodies
 
     def _current(self, conn: sqlite3.Connection, key: str, upto: int | None, skip: set[int]) -> _Shelf:
         """The namespace's index, brought up to change `upto` (None: the latest), under `_index_lock`.
