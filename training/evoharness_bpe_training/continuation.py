@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from evoharness_bpe import Trace
+from evoharness_bpe import META_ACTIONS, Trace
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policies.toolcalls import parse_tool_calls
@@ -35,7 +35,7 @@ from evoharness_bpe.lab.runner.core import run_episode
 
 from .rewards import CostWeights, RolloutCost, cost_aware_score
 
-__all__ = ["ContinuationPolicy", "state_rows", "episode_cost", "ContinuationReward", "reply_from_text"]
+__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "episode_cost", "ContinuationReward", "reply_from_text"]
 
 ChatMessage = dict[str, Any]
 
@@ -71,7 +71,8 @@ class ContinuationPolicy:
 def state_rows(traces: Iterable[Trace], render: Callable[[list[ChatMessage], list[dict[str, Any]]], str]) -> list[dict[str, Any]]:
     """One GRPO row per model call of `traces`: ``prompt`` (the text `render` makes of that call's
     messages and the episode's tools), ``seed``, ``difficulty``, ``replies`` (JSON of the replies
-    before it), ``env`` and ``position`` (the call's index)."""
+    before it), ``env``, ``position`` (the call's index) and ``called`` (the tool the recorded
+    reply called, ``""`` for none)."""
     rows = []
     for trace in traces:
         seed = trace.metadata.get("seed")
@@ -86,9 +87,21 @@ def state_rows(traces: Iterable[Trace], render: Callable[[list[ChatMessage], lis
                 "replies": json.dumps(replies),
                 "env": trace.env or "",
                 "position": position,
+                "called": _called(call.response),
             })
             replies = [*replies, call.response]
     return rows
+
+
+def _called(reply: ChatMessage) -> str:
+    calls = reply.get("tool_calls") or []
+    return str((calls[0].get("function") or {}).get("name") or "") if calls else ""
+
+
+def consulting_states(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows (`state_rows`) where the recorded policy called a meta-action: the states where
+    it consulted its harness, which is what harness annealing decides."""
+    return [row for row in rows if row.get("called") in META_ACTIONS]
 
 
 def episode_cost(trace: Trace) -> RolloutCost:

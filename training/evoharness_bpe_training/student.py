@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
 from .tiny import build_tiny_tokenizer, qwen3_model_for, save_model
 
-__all__ = ["student_chat_template", "render_rows", "build_student"]
+__all__ = ["student_chat_template", "render_rows", "id_atoms", "build_student"]
 
 
 def student_chat_template() -> str:
@@ -36,6 +37,16 @@ def render_rows(rows: Iterable[dict[str, Any]], tokenizer: Any, **template_kwarg
     return texts
 
 
+_QUOTED_ID = re.compile(r'"[A-Z]\d{3,}"')
+
+
+def id_atoms(texts: Iterable[str]) -> list[str]:
+    """The quoted record ids in `texts` (``"R0042"``, as JSON writes them), sorted: the student's
+    tokenizer makes each one token, so a list of ids is a list of atoms instead of letter, digit
+    and quote pieces, and writing the next id of a batch is one step rather than three."""
+    return sorted({m.group(0) for text in texts for m in _QUOTED_ID.finditer(text)})
+
+
 def build_student(
     rows: Iterable[dict[str, Any]],
     *,
@@ -45,12 +56,16 @@ def build_student(
     seed: int = 0,
     out_dir: str | os.PathLike[str] | None = None,
     template_kwargs: dict[str, Any] | None = None,
+    id_rows: Iterable[dict[str, Any]] = (),
 ) -> tuple[Any, Any]:
     """A random `Qwen3ForCausalLM` and a tokenizer fitted to `rows` (SFT rows as built by
-    `traces_to_sft_dataset`); saved to `out_dir` when given. Returns ``(model, tokenizer)``."""
+    `traces_to_sft_dataset`); saved to `out_dir` when given. Record ids quoted in the rendered
+    `rows` or `id_rows` become single tokens (`id_atoms`). Returns ``(model, tokenizer)``."""
     template = student_chat_template()
-    texts = render_rows(rows, build_tiny_tokenizer(256, chat_template=template), **(template_kwargs or {}))
+    renderer = build_tiny_tokenizer(256, chat_template=template)
+    texts = render_rows(rows, renderer, **(template_kwargs or {}))
     tokenizer = build_tiny_tokenizer(vocab_size, texts, chat_template=template)
+    tokenizer.add_tokens(id_atoms([*texts, *render_rows(id_rows, renderer, **(template_kwargs or {}))]))
     model = qwen3_model_for(tokenizer, hidden_size=hidden_size, layers=layers, intermediate_size=hidden_size * 3,
                             max_positions=4096, seed=seed)
     save_model(model, tokenizer, out_dir)

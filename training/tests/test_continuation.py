@@ -10,7 +10,8 @@ from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe.lab.runner.core import run_episode
-from evoharness_bpe_training.continuation import ContinuationPolicy, ContinuationReward, episode_cost, state_rows
+from evoharness_bpe import META_ACTIONS
+from evoharness_bpe_training.continuation import ContinuationPolicy, ContinuationReward, consulting_states, episode_cost, state_rows
 from evoharness_bpe_training.rewards import CostWeights
 
 CONFIG = EpisodeConfig(seed=3, spec_style="compact", window=4, dashboard_tokens=120)
@@ -79,3 +80,12 @@ def test_reward_without_a_policy_is_a_clear_error(expert_trace) -> None:
     reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG)
     with pytest.raises(UserError, match="policy is not set"):
         reward(["p"], ["x"], seed=[0], difficulty=[1], replies=["[]"], env=["crm-migration"])
+
+
+def test_consulting_states_are_those_where_the_policy_called_a_meta_action(expert_trace) -> None:
+    rows = state_rows([expert_trace], lambda m, t: "")
+    called = [c.response["tool_calls"][0]["function"]["name"] for c in expert_trace.model_calls]
+    assert [row["called"] for row in rows] == called
+    consulting = consulting_states(rows)
+    assert [row["position"] for row in consulting] == [n for n, name in enumerate(called) if name in META_ACTIONS]
+    assert 0 < len(consulting) < len(rows)  # the expert also acts on the environment

@@ -14,7 +14,7 @@ from evoharness_bpe.lab.policies.toolcalls import parse_tool_calls
 from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe_training.datasets import trace_rows
 from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
-from evoharness_bpe_training.student import build_student, render_rows
+from evoharness_bpe_training.student import build_student, id_atoms, render_rows
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +86,14 @@ def test_reproduce_flags_are_checked() -> None:
         load_reproduce_preset("tiny", stages="raw,rl")
     with pytest.raises(UserError, match="--preset must be one of"):
         load_reproduce_preset("huge")
+
+
+def test_record_ids_are_single_tokens_of_the_student(rows) -> None:
+    model, tokenizer = build_student(rows, vocab_size=400, hidden_size=32, layers=1, template_kwargs=CHAT_TEMPLATE_KWARGS)
+    atoms = id_atoms(render_rows(rows, tokenizer, **CHAT_TEMPLATE_KWARGS))
+    assert '"R0001"' in atoms and '"R0020"' in atoms
+    pieces = tokenizer.tokenize(' ["R0011", "R0012"]')
+    assert '"R0011"' in pieces and '"R0012"' in pieces  # one token per id, quotes included
+    ids = tokenizer(' {"ids":["R0003","R0004"]}')["input_ids"]
+    assert tokenizer.decode(ids) == ' {"ids":["R0003","R0004"]}'  # decodes back unchanged
+    assert model.config.vocab_size == len(tokenizer)
