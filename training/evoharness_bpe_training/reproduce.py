@@ -58,12 +58,16 @@ class ReproduceConfig:
     max_steps: int = field(default=60, metadata={"help": "Model calls per episode before it is cut."})
     max_new_tokens: int = field(default=160, metadata={"help": "Tokens per reply."})
     model: str = field(default="student", metadata={"help": "`student` (trained from scratch) or a local model folder."})
+    chat_template: str = field(default="compact", metadata={"help": "`compact` (a signature line per tool, as the student's) or `qwen3` "
+                                                                        "(JSON tool specs) for a local model; the student always uses `compact`."})
     student_hidden: int = field(default=128, metadata={"help": "Student hidden size."})
     student_layers: int = field(default=4, metadata={"help": "Student layers."})
     student_vocab: int = field(default=2048, metadata={"help": "Student BPE vocabulary size."})
     sft_epochs: float = field(default=3.0, metadata={"help": "SFT epochs."})
     sft_learning_rate: float = field(default=3e-3, metadata={"help": "SFT peak learning rate."})
     sft_batch_size: int = field(default=8, metadata={"help": "SFT rows per step."})
+    sft_loss: str = field(default="completion", metadata={"help": "`completion` (the reply's tokens only) or `full` (every token of the row: "
+                                                                  "a student trained from scratch also learns the observations it must copy from)."})
     grpo_steps: int = field(default=20, metadata={"help": "GRPO optimizer steps."})
     grpo_learning_rate: float = field(default=1e-4, metadata={"help": "GRPO learning rate."})
     grpo_states_per_step: int = field(default=2, metadata={"help": "States (prompts) per GRPO step."})
@@ -71,6 +75,8 @@ class ReproduceConfig:
     grpo_state_episodes: int = field(default=8, metadata={"help": "SFT-policy episodes per GRPO difficulty whose states GRPO trains on."})
     grpo_difficulties: str = field(default="1", metadata={"help": "Difficulties whose states GRPO trains on (continuations of longer episodes cost more)."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
+    grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
+                                                               "called a meta-action (where annealing decides)."})
     lam: float = field(default=0.03, metadata={"help": "λ: price of one meta-action call."})
     mu: float = field(default=0.0, metadata={"help": "μ: price of one harness token."})
     invalid_penalty: float = field(default=0.05, metadata={"help": "Price of one invalid action."})
@@ -89,6 +95,12 @@ class ReproduceConfig:
         for name in ("eval_episodes", "grpo_steps", "grpo_states_per_step", "grpo_state_episodes", "max_steps", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.chat_template not in ("compact", "qwen3"):
+            raise UserError(f"--chat-template takes compact or qwen3, not {self.chat_template!r}")
+        if self.sft_loss not in ("completion", "full"):
+            raise UserError(f"--sft-loss takes completion or full, not {self.sft_loss!r}")
+        if self.grpo_states not in ("all", "consulting"):
+            raise UserError(f"--grpo-states takes all or consulting, not {self.grpo_states!r}")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
 
@@ -213,7 +225,7 @@ def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out:
                              num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
                              per_device_train_batch_size=config.sft_batch_size, max_length=4096, eval_fraction=0.0,
                              deduplicate=False, logging_steps=5, save_strategy="no", seed=config.seed, bf16=config.bf16,
-                             report_to="none")
+                             report_to="none", completion_only_loss=config.sft_loss == "completion")
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=None)
     return dict(result.metrics)
 
@@ -276,12 +288,12 @@ def reproduce(config: ReproduceConfig, *, log: Any = print) -> dict[str, Any]:
 
     from evoharness_bpe.lab.policies import ExpertPolicy
 
-    from .continuation import state_rows
+    from .continuation import consulting_states, state_rows
     from .datasets import traces_to_sft_dataset
     from .grpo import CHAT_TEMPLATE_KWARGS
     from .models import load_model_and_tokenizer
     from .reproduce_report import targets, write_report
-    from .student import build_student
+    from .student import build_student, student_chat_template
 
     started = time.perf_counter()
     out = Path(config.out)
@@ -295,15 +307,19 @@ def reproduce(config: ReproduceConfig, *, log: Any = print) -> dict[str, Any]:
     expert = _play(ExpertPolicy, config, train_seeds, out / "expert.jsonl", max_steps=400)  # the expert is never cut
     log(f"expert: {len(expert)} episodes, {sum(len(t.model_calls) for t in expert)} model calls, "
         f"{sum(t.outcome.success for t in expert)} successes")
-    dataset = traces_to_sft_dataset(expert, deduplicate=False, eval_fraction=0.0, seed=config.seed)
+    # Identical rows (random ids masked) collapse, then every call position gets one row per episode
+    # that reaches it, so late calls weigh as much as the opening.
+    dataset = traces_to_sft_dataset(expert, deduplicate=True, balance_positions=True, eval_fraction=0.0, seed=config.seed)
     if config.model == "student":
         train = dataset["train"]
         sample = train.select(range(0, len(train), max(1, len(train) // 300)))
         model, tokenizer = build_student(sample, vocab_size=config.student_vocab, hidden_size=config.student_hidden,
                                          layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
-                                         template_kwargs=CHAT_TEMPLATE_KWARGS)
+                                         template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
     else:
         model, tokenizer = load_model_and_tokenizer(config.model, dtype="bfloat16" if config.bf16 else "float32")
+        if config.chat_template == "compact":  # every difficulty-1 prompt within 1,024 SmolLM2 tokens (docs/benchmarks.md)
+            tokenizer.chat_template = student_chat_template()
     log(f"policy: {config.model}, {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary {len(tokenizer)}")
 
     if "raw" in stages:
@@ -323,7 +339,12 @@ def reproduce(config: ReproduceConfig, *, log: Any = print) -> dict[str, Any]:
         sft_policy = _policy(model, tokenizer, config)
         own = _play(lambda env: sft_policy, config, state_seeds, out / "grpo-states.jsonl")
         states = state_rows(own, sft_policy.render_prompt)
-        log(f"grpo: {len(states)} states from {len(own)} SFT-policy episodes "
+        if config.grpo_states == "consulting":
+            consulting = consulting_states(states)
+            if not consulting:
+                log("grpo: the SFT policy never called a meta-action; training on all its states")
+            states = consulting or states
+        log(f"grpo: {len(states)} states ({config.grpo_states}) from {len(own)} SFT-policy episodes "
             f"({sum(t.outcome.success for t in own)} successes)")
         model, reward_log = _grpo(model, tokenizer, states, config, out)
         log(f"grpo: {config.grpo_steps} steps, {time.perf_counter() - grpo_started:.0f} s")

@@ -131,18 +131,18 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
     if curve:
         steps = sorted({r["step"] for r in curve})
         mean = lambda key, s: sum(r[key] for r in curve if r["step"] == s) / max(1, sum(1 for r in curve if r["step"] == s))  # noqa: E731
-        fig, left = plt.subplots(figsize=(6.5, 3.6))
+        fig, left = plt.subplots(figsize=(8, 3.8))
         left.plot(steps, [mean("reward", s) for s in steps], "-o", markersize=3, label="reward")
         left.plot(steps, [mean("success", s) for s in steps], "--", label="success")
         left.set_xlabel("GRPO step")
-        left.set_ylabel("reward / success (mean of the step's samples)")
+        left.set_ylabel("reward / success")
         right = left.twinx()
         right.plot(steps, [mean("meta_calls", s) for s in steps], ":", color="tab:red", label="meta-calls/episode")
         right.set_ylabel("meta-action calls per episode")
         left.xaxis.get_major_locator().set_params(integer=True)
         handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
         left.legend(handles, [h.get_label() for h in handles], loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=8)
-        left.set_title("Cost-aware GRPO: reward and meta-action calls over training")
+        left.set_title("Cost-aware GRPO over training (mean of each step's samples)", fontsize=10)
         fig.tight_layout()
         path = out / "grpo_curves.png"
         fig.savefig(path, dpi=110)
