@@ -97,6 +97,21 @@ def test_search_equals_exhaustive_scoring_on_zipf_corpora(search_path) -> None:
         assert index.search(query, 16) == exhaustive(index, query, 16)
 
 
+def test_changes_after_searches_keep_the_arrays_exact(search_path) -> None:
+    """Adds and removes between searches, with lessons of one length so that nothing re-weights."""
+    index: BM25Index[int] = BM25Index()
+    for doc in range(300):
+        index.add(doc, [f"w{doc % 7}", f"w{doc % 11}", f"w{doc % 13}"])
+    for query in (["w1", "w2"], ["w3", "w4", "w5"]):  # the first search, then the second
+        assert index.search(query, 5) == exhaustive(index, query, 5)
+    index.add(1000, ["new", "w1", "w2"])  # a term no search has seen
+    index.add(1001, ["new", "w3", "w9"])
+    index.remove(5)
+    index.remove(1001)
+    for query in (["new", "w1"], ["w1", "w2", "w5"], ["new", "w9", "w3"]):
+        assert index.search(query, 4) == exhaustive(index, query, 4)
+
+
 def test_excluded_documents_are_left_out_even_when_they_hold_the_rarest_term(search_path) -> None:
     index: BM25Index[int] = BM25Index()
     for doc in range(40):

@@ -70,14 +70,15 @@ class BM25Index(Generic[D]):
         self._bound: dict[str, float] = {}  # an upper bound of each term's impacts
         self._total = 0
         self._avg = 0.0  # the average length the impacts were computed with
-        # For the numpy search: a dense slot per document, each term's postings as arrays of
-        # slots and impacts (all built on the first such search, then kept current by `add`
-        # and `remove`, until a re-weighting drops them), and a scratch array of scores, all
-        # zero between searches.
+        # For the numpy search: a dense slot per document, terms' postings as arrays of slots and
+        # impacts (the query's terms built on the first such search, every term on the next one,
+        # so that an index searched once builds little; then kept current by `add` and `remove`
+        # until a re-weighting drops them), and a scratch array of scores, zero between searches.
         self._slot: dict[D, int] = {}
         self._slot_doc: list[D | None] = []
         self._free: list[int] = []
         self._arrays: dict[str, tuple] | None = None
+        self._all_arrays = False
         self._scratch = None
 
     def __len__(self) -> int:
@@ -114,10 +115,10 @@ class BM25Index(Generic[D]):
             if arrays is not None:
                 np = _numpy
                 old = arrays.get(term)
-                if old is None:
-                    arrays[term] = (np.array([slot], dtype=np.intp), np.array([impact]))
-                else:
+                if old is not None:
                     arrays[term] = (np.append(old[0], slot), np.append(old[1], impact))
+                elif self._all_arrays:
+                    arrays[term] = (np.array([slot], dtype=np.intp), np.array([impact]))
 
     def remove(self, doc: D) -> bool:
         """Forget `doc`; return whether it was indexed."""
@@ -136,8 +137,8 @@ class BM25Index(Generic[D]):
                 del self._postings[term]
                 del self._bound[term]
                 if arrays is not None:
-                    del arrays[term]
-            elif arrays is not None:
+                    arrays.pop(term, None)
+            elif arrays is not None and term in arrays:
                 slots, impacts = arrays[term]
                 keep = slots != slot
                 arrays[term] = (slots[keep], impacts[keep])
@@ -151,6 +152,7 @@ class BM25Index(Generic[D]):
         self._postings = {}
         self._bound = {}
         self._arrays = None
+        self._all_arrays = False
         if not self._avg:
             return
         for doc, counts in self._docs.items():
@@ -234,20 +236,26 @@ class BM25Index(Generic[D]):
 
     def _search_arrays(self, np, found: list, k: int, exclude: frozenset[D]) -> list[tuple[D, float]]:
         """The same search, adding the postings up with numpy into a dense array of scores."""
-        if self._arrays is None:
-            slot = self._slot
-            self._arrays = {
-                term: (np.fromiter((slot[d] for d in posting), dtype=np.intp, count=len(posting)),
-                       np.fromiter(posting.values(), dtype=np.float64, count=len(posting)))
-                for term, posting in self._postings.items()
-            }
+        arrays = self._arrays
+        if arrays is None:  # the first search builds its own terms' arrays
+            arrays = self._arrays = {}
+            wanted = [(term, posting) for term, posting, _ in found]
+        elif not self._all_arrays:  # the second builds all the others
+            self._all_arrays = True
+            wanted = [(term, posting) for term, posting in self._postings.items() if term not in arrays]
+        else:
+            wanted = []
+        slot = self._slot
+        for term, posting in wanted:
+            arrays[term] = (np.fromiter((slot[d] for d in posting), dtype=np.intp, count=len(posting)),
+                            np.fromiter(posting.values(), dtype=np.float64, count=len(posting)))
         size = len(self._slot_doc)
         if self._scratch is None or len(self._scratch) < size:
             self._scratch = np.full(2 * size, 0.0)  # written now, so no search pays for first-touch page faults
         acc = self._scratch
         columns = []
         for term, _, idf in found:
-            slots, impacts = self._arrays[term]
+            slots, impacts = arrays[term]
             acc[slots] += idf * impacts  # a term lists each slot once, so no update is lost
             columns.append(slots)
         if exclude:
