@@ -147,14 +147,18 @@ class _CRMBrain(_Brain):
             self._pitfall(f"rejected-{name}", f"{name} was rejected: {result[:160]}")
 
     def decide(self, meta: frozenset[str]) -> Action:
-        first = self.meta_first(meta, "crm migration batches rate limit rejected records")
-        if first:
-            return first
+        # Rejected ids are reported, and the batch committed, while the API's answer is still among
+        # the recent messages; lessons are noted after that.
+        if "recall" in meta and not self.recalled:
+            return self.meta_first(meta, "crm migration batches rate limit rejected records")  # type: ignore[return-value]
         if self.to_report:
             ids, reason = self.to_report[0]
             return "report_invalid", {"record_ids": ids, "reason": reason}
         if "commit" in meta and self.to_commit:
             return "commit", {"subgoal": self.to_commit[0], "status": "done", "note": "applied"}
+        first = self.meta_first(meta, "crm migration batches rate limit rejected records")
+        if first:
+            return first
         if "track" in meta and self.interval is not None and not self.interval_tracked:
             return "track", {"key": "api.min_interval_s", "value": str(self.interval), "source": "submit_batch"}
         if self.wait_needed > 0:
