@@ -76,3 +76,15 @@ def test_meta_action_specs_fit_350_smollm2_tokens_in_compact_style() -> None:
         return sum(len(tokenizer(json.dumps(s), add_special_tokens=False)["input_ids"]) for s in meta_action_tools(style))
 
     assert tokens("compact") <= 350 < tokens("full")
+
+
+def test_compact_crm_answer_lists_rejected_ids_beside_the_reasons() -> None:
+    env = make_env("crm-migration", 1)
+    env.tools(style="compact")  # the style also applies to the observations
+    env.reset(3)
+    ids = json.loads(env.step({"name": "fetch_page", "arguments": {"page": 1}}).observation)["ids"]
+    body = json.loads(env.step({"name": "submit_batch", "arguments": {"batch_id": 1, "record_ids": ids[:10]}}).observation)
+    assert body["status"] == 200 and isinstance(body["rejected"], list)
+    assert set(body["rejected"]) == env.invalid_ids & set(ids[:10]) != set()
+    assert body["reasons"] == sorted(set(body["reasons"])) and body["reasons"]
+    assert body["accepted"] + len(body["rejected"]) == 10

@@ -3,7 +3,8 @@
 The target API takes batches of at most B record ids in order (batch 1, 2, …), answers ``429``
 with ``retry_after`` when batches come faster than its interval, fails transiently with ``503``
 (nothing applied; resend the same batch), and rejects records that fail its schema: a missing
-email, a malformed phone, or a key that already exists. Time is simulated: every call takes one
+email, a malformed phone, or a key that already exists (id → reason; in the compact style the
+rejected ids as one list and the distinct reasons beside it). Time is simulated: every call takes one
 second and ``wait(seconds)`` advances the clock.
 
 Success: every valid record lands exactly once, every invalid one is reported with
@@ -205,6 +206,9 @@ class CRMMigrationEnv(ToolCallEnv):
                 self.landed[rid] = self.landed.get(rid, 0) + 1
                 self.landed_keys.add(self.by_id[rid]["key"])
         self.next_batch += 1
+        if self.style == "compact":  # the ids as one list, ready to report; the reasons once each
+            return self._answer({"status": 200, "batch_id": batch_id, "accepted": len(accepted), "rejected": list(rejected),
+                                 "reasons": sorted(set(rejected.values()))})
         return self._answer({"status": 200, "batch_id": batch_id, "accepted": len(accepted), "rejected": rejected})
 
     def _report_invalid(self, record_ids: list[str], reason: str = "") -> StepResult:

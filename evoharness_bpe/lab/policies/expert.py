@@ -125,9 +125,9 @@ class _CRMBrain(_Brain):
                 self.to_commit.append(f"batch {self.batch_id}")
                 self.batch_id += 1
                 self.last_submit = self.t
-                rejected: dict[str, str] = body.get("rejected", {})
+                rejected = body.get("rejected") or {}  # id -> reason, or (compact) a list of ids beside "reasons"
                 if rejected:  # one report per batch: every rejected id, the reasons joined
-                    reasons = sorted(set(rejected.values()))
+                    reasons = sorted(set(rejected.values())) if isinstance(rejected, dict) else list(body.get("reasons", []))
                     self.to_report.append((list(rejected), ", ".join(reasons)))
                     for reason in reasons:
                         self._pitfall(reason, f"The CRM target API rejects records with a {reason}: report them with report_invalid instead of resending.")
