@@ -29,6 +29,8 @@ from .middleware import BPEMiddleware
 
 __all__ = ["run_episode", "env_tools"]
 
+_GRAPH_STEPS_PER_CALL = 16
+
 
 class _Episode:
     """The episode's counters and whether the environment is done."""
@@ -195,7 +197,11 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
     try:
         agent.invoke(
             {"messages": [HumanMessage(f"{task}\n\n{observation}")]},
-            {"callbacks": [handler], "recursion_limit": 4 * config.max_steps + 20},
+            # The model-call limit above cuts the episode, as `max_steps` does in every loop. The
+            # recursion limit only guards against a loop: each model call passes through several
+            # graph steps (the model, the tools and every middleware hook), so 4 per call cut
+            # episodes with many refused calls early.
+            {"callbacks": [handler], "recursion_limit": _GRAPH_STEPS_PER_CALL * config.max_steps + 20},
         )
     except GraphRecursionError:
         pass  # the handler recorded the run as failed; the environment's own outcome decides

@@ -115,3 +115,13 @@ def test_runner_answers_a_broken_meta_action_once() -> None:
     answers = [m for m in trace.messages if m.get("role") == "tool" and m.get("tool_call_id") == "call_track"]
     assert len(answers) == 1 and "JSON" in answers[0]["content"]
     assert trace.outcome.success is True and trace.outcome.info["invalid_actions"] == 1
+
+
+@pytest.mark.parametrize("framework", ["core", "langgraph"])
+def test_only_max_steps_cuts_an_episode_of_refused_calls(framework: str) -> None:
+    """Each model call passes through several graph steps (the model, the tools, every middleware
+    hook); the episode still runs to `max_steps` model calls, as in the core loop."""
+    policy = ScriptedPolicy([tool_call("press", {"amount": 0})] * 50)
+    trace = load_framework(framework)(CounterEnv(), policy, None, EpisodeConfig(harness="bpe", max_steps=40))
+    assert len(policy.calls) == 40 and len(trace.model_calls) == 40
+    assert trace.outcome.success is False and trace.outcome.info["invalid_actions"] == 40
