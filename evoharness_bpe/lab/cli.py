@@ -172,8 +172,9 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rate(text: str) -> float:
-    """An argparse type: a rate in [0, 1) (1 would mean only mistakes: the noisy expert never finishes)."""
+def fraction_below_one(text: str) -> float:
+    """An argparse type: a number in [0, 1) (a mistake rate of 1 would mean the noisy expert never
+    finishes; a held-out share of 1 would leave nothing to train on)."""
     try:
         value = float(text)
     except ValueError:
@@ -272,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="first seed")
     run.add_argument("--difficulty", type=int, default=1, choices=[1, 2, 3], help="longer horizons as it grows")
     run.add_argument("--max-steps", type=_positive, help="model calls per episode (default: the environment's budget)")
-    run.add_argument("--epsilon", type=_rate, default=0.1, help="mistake rate of the noisy expert, in [0, 1)")
+    run.add_argument("--epsilon", type=fraction_below_one, default=0.1, help="mistake rate of the noisy expert, in [0, 1)")
     run.add_argument("--window", type=_at_least(2), default=12, help="recent messages kept by append and bpe")
     run.add_argument("--out", default="evoharness-run", help="output folder")
     run.set_defaults(handler=_run)

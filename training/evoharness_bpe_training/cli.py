@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.lab.cli import fraction_below_one
 
 __all__ = ["register", "main", "out_dir_problem"]
 
@@ -275,16 +276,6 @@ def _print_dry_run(config: Any, preset: Any) -> int:
     return 0
 
 
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), not {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), not {text}")
-    return value
-
-
 def register(commands: Any) -> None:
     """Add ``export`` and ``train sft|grpo`` to the `evoharness` command."""
     export = commands.add_parser("export", help="turn traces into an SFT dataset (parquet or JSONL)",
@@ -295,7 +286,7 @@ def register(commands: Any) -> None:
     export.add_argument("--all", action="store_true", help="keep failed episodes too")
     export.add_argument("--balance-positions", action="store_true",
                         help="give every call position as many rows as episodes reaching it")
-    export.add_argument("--eval-fraction", type=_share, default=0.1, help="share of episodes held out, in [0, 1)")
+    export.add_argument("--eval-fraction", type=fraction_below_one, default=0.1, help="share of episodes held out, in [0, 1)")
     export.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
     export.set_defaults(handler=_export)
 
