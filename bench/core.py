@@ -36,12 +36,13 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def timed(fn, repeat: int) -> list[float]:
+def timed(fn, repeat: int, clock=time.perf_counter) -> list[float]:
+    """Microseconds of each of `repeat` calls ``fn(i)`` by `clock` (wall time by default)."""
     out = []
     for i in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         fn(i)
-        out.append((time.perf_counter() - t) * 1e6)
+        out.append((clock() - t) * 1e6)
     return out
 
 
@@ -80,13 +81,8 @@ def bench_dashboard(store: SQLiteExperienceStore) -> tuple[float, float]:
 
 
 def cpu_timed(fn, repeat: int) -> list[float]:
-    """Like `timed`, in CPU time of this thread: what the call costs, without the time other jobs held the core."""
-    out = []
-    for i in range(repeat):
-        t = time.thread_time()
-        fn(i)
-        out.append((time.thread_time() - t) * 1e6)
-    return out
+    """`timed` in CPU time of this thread: what the call costs, without the time other jobs held the core."""
+    return timed(fn, repeat, clock=time.thread_time)
 
 
 def bench_recall(store: SQLiteExperienceStore, texts: list[str], rng: random.Random) -> dict[str, float]:
