@@ -39,6 +39,8 @@ __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "register", 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
 """Held-out seeds start here; training seeds start at 0."""
+_CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "qwen3"), "sft_loss": ("completion", "full"),
+                                        "grpo_states": ("all", "consulting")}
 
 
 @dataclass
@@ -95,12 +97,9 @@ class ReproduceConfig:
         for name in ("eval_episodes", "grpo_steps", "grpo_states_per_step", "grpo_state_episodes", "max_steps", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.chat_template not in ("compact", "qwen3"):
-            raise UserError(f"--chat-template takes compact or qwen3, not {self.chat_template!r}")
-        if self.sft_loss not in ("completion", "full"):
-            raise UserError(f"--sft-loss takes completion or full, not {self.sft_loss!r}")
-        if self.grpo_states not in ("all", "consulting"):
-            raise UserError(f"--grpo-states takes all or consulting, not {self.grpo_states!r}")
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise UserError(f"--{name.replace('_', '-')} takes {' or '.join(choices)}, not {getattr(self, name)!r}")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
 

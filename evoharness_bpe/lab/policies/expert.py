@@ -83,6 +83,8 @@ class _Brain:
 
 
 class _CRMBrain(_Brain):
+    RECALL_QUERY = "crm migration batches rate limit rejected records"
+
     def __init__(self, task: str, env: Any) -> None:
         super().__init__(task, env)
         self.pages = int(re.search(r"\((\d+) page", task).group(1))  # type: ignore[union-attr]
@@ -150,13 +152,13 @@ class _CRMBrain(_Brain):
         # Rejected ids are reported, and the batch committed, while the API's answer is still among
         # the recent messages; lessons are noted after that.
         if "recall" in meta and not self.recalled:
-            return self.meta_first(meta, "crm migration batches rate limit rejected records")  # type: ignore[return-value]
+            return self.meta_first(meta, self.RECALL_QUERY)  # type: ignore[return-value]
         if self.to_report:
             ids, reason = self.to_report[0]
             return "report_invalid", {"record_ids": ids, "reason": reason}
         if "commit" in meta and self.to_commit:
             return "commit", {"subgoal": self.to_commit[0], "status": "done", "note": "applied"}
-        first = self.meta_first(meta, "crm migration batches rate limit rejected records")
+        first = self.meta_first(meta, self.RECALL_QUERY)
         if first:
             return first
         if "track" in meta and self.interval is not None and not self.interval_tracked:
