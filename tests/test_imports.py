@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("langgraph", "langchain", "llama_index", "torch", "transformers", "vllm", "trl", "datasets")
 
 
@@ -29,6 +31,25 @@ def test_core_loads_no_lab_module_framework_torch_or_vllm() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_package_import_loads_public_names_on_first_use() -> None:
+    code = (
+        "import sys, evoharness_bpe\n"
+        "print('pydantic' in sys.modules, 'evoharness_bpe.workspace' in sys.modules)\n"
+        "from evoharness_bpe import *\n"
+        "names = [n for n in evoharness_bpe.__all__ if n not in globals()]\n"
+        "print(names, evoharness_bpe.Workspace.__module__, 'Workspace' in dir(evoharness_bpe))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["False False", "[] evoharness_bpe.workspace True"]
+
+
+def test_unknown_package_attribute_is_an_attribute_error() -> None:
+    import evoharness_bpe
+
+    with pytest.raises(AttributeError, match="no attribute 'Workspaces'"):
+        evoharness_bpe.Workspaces  # noqa: B018
 
 
 def test_the_lab_has_no_import_circle() -> None:
