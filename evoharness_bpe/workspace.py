@@ -35,6 +35,7 @@ from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
 from .text import TokenCounter, approx_tokens
 from .trace import DashboardSnapshot, MetaActionEvent, Outcome, Trace
+from . import telemetry
 
 if TYPE_CHECKING:  # the model consolidator's module loads only when one is used
     from .consolidator import ModelConsolidator
@@ -179,6 +180,7 @@ class Workspace:
             "recall": self._recall,
             "note": self._note,
         }
+        telemetry.start(self)  # the run's invoke_agent span, when a tracer provider is set
 
     # -- options and record ------------------------------------------------------------------
     @property
@@ -258,6 +260,7 @@ class Workspace:
         """
         started = time.perf_counter()
         step = self.state.step
+        parsed = self._span_detail = None
         try:
             parsed = parse_arguments(name, args)
             content = self._handlers[name](parsed)
@@ -282,6 +285,7 @@ class Workspace:
             MetaActionEvent(step=step, name=_event_name(name), arguments=raw, ok=ok, content=content, cost=cost, tool_call_id=tool_call_id),
             label,
         )
+        telemetry.meta_action(self, name, parsed, ok, content, raw, cost.wall_ms, tool_call_id, self._span_detail)
         return ActionResult(ok=ok, content=content, cost=cost)
 
     def _track(self, args: TrackArgs) -> str:
@@ -311,6 +315,7 @@ class Workspace:
 
     def _recall(self, args: RecallArgs) -> str:
         hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.consolidation)
+        self._span_detail = hits
         if not hits:
             return f"no experience matches {quote(args.query, 120)}"
         recalled = self.state.experience.recalled
@@ -334,6 +339,7 @@ class Workspace:
             supersedes=args.supersedes,
             policy=self.consolidation,
         )
+        self._span_detail = outcome
         self._notes_written += 1
         self._submit_notes(final=False)
         noted = self.state.experience.noted
@@ -377,6 +383,7 @@ class Workspace:
         )
         if record:
             self.recorder.dashboard(DashboardSnapshot(step=self.state.step, text=text, tokens=tokens), (time.perf_counter() - started) * 1000)
+            telemetry.dashboard(self, self.state.step, tokens, text)
         return text
 
     # -- environment adapter ------------------------------------------------------------------
@@ -407,6 +414,7 @@ class Workspace:
             fact = self._observe_fact(Fact(key=f"{key}:last", value=value, source=tool, step=step))
             if progress.exceptions.pop(key, None) is not None:
                 self.state.belief.facts.pop(f"{key}:error", None)
+        telemetry.observed(self, tool, result, error)
         self.state.step += 1
         return fact
 
@@ -447,24 +455,26 @@ class Workspace:
 
             @functools.wraps(fn)
             async def awrapper(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    result = await fn(*args, **kwargs)
-                except Exception as exc:
-                    self.observe(tool, error=exc)
-                    raise
-                self.observe(tool, result=result)
+                with telemetry.tool_span(self, tool, args, kwargs):  # execute_tool, when tracing is on
+                    try:
+                        result = await fn(*args, **kwargs)
+                    except Exception as exc:
+                        self.observe(tool, error=exc)
+                        raise
+                    self.observe(tool, result=result)
                 return result
 
             return awrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                self.observe(tool, error=exc)
-                raise
-            self.observe(tool, result=result)
+            with telemetry.tool_span(self, tool, args, kwargs):
+                try:
+                    result = fn(*args, **kwargs)
+                except Exception as exc:
+                    self.observe(tool, error=exc)
+                    raise
+                self.observe(tool, result=result)
             return result
 
         return wrapper  # type: ignore[return-value]
@@ -487,6 +497,7 @@ class Workspace:
             found = credit(self.store, self.namespace, self.state.experience.recalled, success)
             self._submit_notes(final=True)
             self._finished = EpisodeSummary(success=success, credited=found, ledger=self.ledger.summary())
+            telemetry.finished(self, success, found)
         return self._finished
 
     async def afinish(self, success: bool) -> EpisodeSummary:

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from .. import telemetry
 from ..exceptions import UserError
 from ..stores.base import ExperienceStore, Namespace, validate_namespace
 from .decisions import DecisionBatch, DecisionError, apply_decisions, canonical, parse_decisions, validate_decisions
@@ -145,7 +146,8 @@ class ModelConsolidator:
             decided = canonical(batch)
             self.journal.decide(job.id, decided)
             self._record(messages, decided)
-        apply_decisions(self.store, job.namespace, batch, job.id)
+        counts = apply_decisions(self.store, job.namespace, batch, job.id)
+        telemetry.consolidation("experience/" + "/".join(job.namespace), counts, batch)
         self.journal.finish(job.id, "done")
         return "done"
 
