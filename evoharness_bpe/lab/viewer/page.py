@@ -2,7 +2,10 @@
 observations, meta-action events with their cost, and the state after the step.
 
 The page is one HTML file with its data inline and no network access; every text from the trace
-is inserted with ``textContent``, so a hostile trace cannot inject markup.
+is inserted with ``textContent``, so a hostile trace cannot inject markup. The inline data has no
+``<`` at all (nor ``>``, ``&``, U+2028/2029): written as JSON escapes, no text of a trace can end
+the data element or switch the HTML parser's script state (``<!--<script>``), so the page's own
+script always runs.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from ...exceptions import UserError
 from ...trace import Trace, read_traces
 
-__all__ = ["episode_steps", "render_page", "write_page", "load_episode"]
+__all__ = ["episode_steps", "render_page", "write_page", "load_episode", "script_json"]
 
 _TEMPLATE = "template.html"
 
@@ -68,9 +71,26 @@ def _system_text(messages: list[dict[str, Any]]) -> str:
 
 
 def _dashboard_of(text: str) -> str:
+    """The dashboard part of a system prompt; empty when it has none (the ``none`` and ``append`` harnesses)."""
     start = text.find("<bpe-dashboard")
     end = text.find("</bpe-dashboard>", start)
-    return text[start:end + len("</bpe-dashboard>")] if start >= 0 and end >= 0 else text
+    return text[start:end + len("</bpe-dashboard>")] if start >= 0 and end >= 0 else ""
+
+
+_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(data: Any) -> str:
+    """`data` as JSON that is inert inside an HTML ``<script>`` element.
+
+    Every ``<``, ``>`` and ``&`` (and U+2028/2029) is written as a ``\\uXXXX`` escape, so the text
+    holds no tag, comment or entity start whatever the data says; ``JSON.parse`` reads back
+    exactly `data`.
+    """
+    text = json.dumps(data, ensure_ascii=True)
+    for char, escape in _SCRIPT_ESCAPES.items():
+        text = text.replace(char, escape)
+    return text
 
 
 def load_episode(path: str | os.PathLike[str], episode: int = 0) -> Trace:
@@ -93,7 +113,7 @@ def render_page(trace: Trace) -> str:
         "steps": episode_steps(trace),
         "meta_calls": trace.ledger.meta_action_calls if trace.ledger else len(trace.meta_actions),
     }
-    payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")  # cannot close the script element
+    payload = script_json(data)
     template = resources.files(__package__).joinpath(_TEMPLATE).read_text("utf-8")
     return template.replace("/*EPISODE_DATA*/null", payload)
 
