@@ -1,11 +1,17 @@
-"""Training-side overheads: building SFT rows from traces, and the harness in a rollout step.
+"""Training-side overheads: building SFT rows from traces, the harness in a rollout step, and
+where SmolLM2-135M's time goes on a CPU.
 
-    python bench/training.py
+    python bench/training.py            # 1 and 2 (seconds)
+    python bench/training.py --speed    # 3: the reproduction's old path and its new one (a few minutes)
 
 1. `traces_to_sft_dataset` on 200 episodes of 10 model calls, against the baseline of
    serialising the same traces to JSON (the least any export must do).
 2. One environment tool call through the rollout environment class (workspace observation and
    a refreshed dashboard included), against the bare `Env.step`.
+3. SmolLM2-135M (the embedded GGUF) on a real difficulty-1 row of the compact template: one
+   optimizer step of the old path (every weight, fp32) and of the new (LoRA r16 on the top 10
+   layers, bf16 autocast where the CPU has it), and held-out replies one after another in fp32
+   against 10 prompts in one batched generation from a bf16 copy; printed side by side as ratios.
 """
 
 from __future__ import annotations
@@ -97,5 +103,103 @@ def main() -> None:
     print(f"env tool call: bare {b * 1e6:.1f} µs; through the rollout environment (observe + dashboard) {w * 1e6:.0f} µs; ratio {w / b:.0f}x")
 
 
+def _row_and_prompts(tokenizer: Any, count: int) -> tuple[Any, list[Any]]:
+    """A real SFT row (the prompt-completion text of a late call) and `count` held-out prompts."""
+    from evoharness_bpe.lab.envs import make_env
+    from evoharness_bpe.lab.frameworks import EpisodeConfig
+    from evoharness_bpe.lab.policies import ExpertPolicy
+    from evoharness_bpe.lab.runner.core import run_episode
+    from evoharness_bpe_training.datasets import trace_rows
+    from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
+    from evoharness_bpe_training.student import render_rows
+
+    config = EpisodeConfig(harness="bpe", window=4, dashboard_tokens=160, spec_style="compact", system_prompt="Call exactly one tool per reply.")
+    traces = [run_episode(make_env("crm-migration", 1), ExpertPolicy(), None, config.model_copy(update={"seed": 10_000 + s}))
+              for s in range(count)]
+    rows = trace_rows(traces[0])
+    texts = render_rows(rows, tokenizer, **CHAT_TEMPLATE_KWARGS)
+    longest = max(range(len(texts)), key=lambda i: len(texts[i]))
+    prompt_text = tokenizer.apply_chat_template(rows[longest]["prompt"], tools=__import__("json").loads(rows[longest]["tools"]),
+                                                add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS)
+    prompts = [(t.model_calls[len(t.model_calls) // 2].messages, t.tools) for t in traces]
+    return (texts[longest], len(tokenizer(prompt_text)["input_ids"])), prompts
+
+
+def _step_time(model: Any, ids: Any, prompt_len: int, *, bf16: bool, repeat: int = 2) -> float:
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+    labels = ids.clone()
+    labels[:, :prompt_len] = -100
+    times = []
+    for _ in range(repeat + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def speed() -> None:
+    """3: the old path and the new one, side by side, on the same machine and in the same process."""
+    import copy
+    import os
+
+    import torch
+    from peft import get_peft_model
+
+    from evoharness_bpe.lab.policies import TransformersPolicy
+    from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
+    from evoharness_bpe_training.models import load_model_and_tokenizer
+    from evoharness_bpe_training.speed import bf16_supported, inference_copy, lora_config
+    from evoharness_bpe_training.student import student_chat_template
+
+    bf16 = bf16_supported()
+    base, tokenizer = load_model_and_tokenizer("smollm2-135m", dtype="float32")
+    tokenizer.chat_template = student_chat_template()
+    (text, prompt_len), prompts = _row_and_prompts(tokenizer, 10)
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    print(f"machine: {torch.get_num_threads()} torch threads, native bf16 {bf16}, load {os.getloadavg()[0]:.1f}; "
+          f"row {ids.shape[1]} tokens ({ids.shape[1] - prompt_len} trained)")
+
+    full = copy.deepcopy(base)
+    old_step = _step_time(full, ids, prompt_len, bf16=False)
+    del full
+    lora_all = get_peft_model(copy.deepcopy(base), lora_config(base, r=16, alpha=32))
+    lora_all_step = _step_time(lora_all, ids, prompt_len, bf16=False)
+    del lora_all
+    lora_top = get_peft_model(copy.deepcopy(base), lora_config(base, r=16, alpha=32, top_layers=10))
+    new_step = _step_time(lora_top, ids, prompt_len, bf16=bf16)
+    print("| optimizer step, one row | seconds | vs old |\n|---|---|---|")
+    print(f"| old: every weight, fp32 | {old_step:.2f} | 1.00 |")
+    print(f"| LoRA r16 all layers, fp32 | {lora_all_step:.2f} | {lora_all_step / old_step:.2f} |")
+    print(f"| new: LoRA r16 top 10 layers, {'bf16 autocast' if bf16 else 'fp32'} | {new_step:.2f} | {new_step / old_step:.2f} |")
+
+    kwargs = dict(tokenizer=tokenizer, native_tools=True, chat_template_kwargs=CHAT_TEMPLATE_KWARGS, max_new_tokens=160)
+    sequential = TransformersPolicy(lora_top.merge_and_unload().eval(), **kwargs)
+    one = prompts[:3]
+    start = time.perf_counter()
+    replies = [sequential.complete(m, t) for m, t in one]
+    old_reply = (time.perf_counter() - start) / len(one)
+    old_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(one)
+    batched = TransformersPolicy(inference_copy(sequential.model, "bf16" if bf16 else "fp32"), **kwargs)
+    batched.complete_batch(prompts[:2])  # warm-up
+    start = time.perf_counter()
+    replies = batched.complete_batch(prompts)
+    new_reply = (time.perf_counter() - start) / len(prompts)
+    new_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(prompts)
+    mean_prompt = statistics.mean(batched.prompt_tokens[-len(prompts):])
+    print(f"\n| held-out reply ({mean_prompt:.0f}-token prompts) | seconds per reply | reply tokens/s | vs old |\n|---|---|---|---|")
+    print(f"| old: one at a time, fp32 | {old_reply:.2f} | {old_tokens / old_reply:.1f} | 1.00 |")
+    print(f"| new: {len(prompts)} in one batch, {'bf16 weights' if bf16 else 'fp32'} | {new_reply:.2f} | "
+          f"{new_tokens / new_reply:.1f} | {new_reply / old_reply:.2f} |")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    speed() if "--speed" in sys.argv[1:] else main()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policies.toolcalls import parse_tool_calls
 from evoharness_bpe.lab.runner.core import run_episode
+from evoharness_bpe.lab.runner.lockstep import Lockstep
 
 from .rewards import CostWeights, RolloutCost, cost_aware_score
 
@@ -149,6 +150,8 @@ class ContinuationReward:
     log: list[dict[str, Any]] = field(default_factory=list)
     cache: bool = True
     """Score an identical (state, action) once per optimizer step: greedy continuations are deterministic."""
+    lockstep: bool = True
+    """Play the continuations of a batch side by side, one batched generation per round (`Lockstep`)."""
     __name__: str = "continuation_reward"
     _scored: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
@@ -158,37 +161,52 @@ class ContinuationReward:
         if self.policy is None:
             raise UserError("ContinuationReward.policy is not set: give it the policy that plays on after each action")
         step = int(getattr(trainer_state, "global_step", 0))
-        rewards = []
         model = getattr(self.policy, "model", None)
         if self._scored and next(iter(self._scored))[0] != step:
             self._scored.clear()  # the policy changed: continuations may differ now
+        keys, queued = [], {}  # queued: key → (env, replies, action, seed) of each action still to play
         for n, completion in enumerate(completions):
             text = completion if isinstance(completion, str) else str(completion[0].get("content") or "")
             key = (step, env[n], int(difficulty[n]), int(seed[n]), replies[n], text)
-            if self.cache and key in self._scored:
-                reward, record = self._scored[key]
-                rewards.append(reward)
-                self.log.append(dict(record))
+            keys.append(key)
+            if (self.cache and key in self._scored) or key in queued:
                 continue
             environment = self.make_env(env[n], int(difficulty[n]))
-            tools = environment.tools(style=self.config.spec_style)
-            action = reply_from_text(self.prefill + text, tools)
-            player = ContinuationPolicy(json.loads(replies[n]), action, self.policy)
-            if model is not None:
-                with _inference(model):
-                    trace = run_episode(environment, player, None, self.config.model_copy(update={"seed": int(seed[n])}))
-            else:
-                trace = run_episode(environment, player, None, self.config.model_copy(update={"seed": int(seed[n])}))
-            cost = episode_cost(trace)
-            reward = cost_aware_score(cost, self.weights)
+            action = reply_from_text(self.prefill + text, environment.tools(style=self.config.spec_style))
+            queued[key] = (environment, json.loads(replies[n]), action, int(seed[n]))
+        traces = dict(zip(queued, self._play(list(queued.values()), model), strict=True))
+        rewards, fresh = [], {}
+        for key in keys:
+            if key in traces and key not in fresh:
+                fresh[key] = self._score(key, traces[key], queued[key][2])
+                if self.cache:
+                    self._scored[key] = fresh[key]
+            reward, record = fresh.get(key) or self._scored[key]
             rewards.append(reward)
-            record = {
-                "step": step, "seed": int(seed[n]), "difficulty": int(difficulty[n]), "reward": reward,
-                "success": cost.success, "meta_calls": cost.meta_calls, "harness_tokens": cost.harness_tokens,
-                "invalid": cost.invalid, "by_action": cost.by_action, "env_steps": int(trace.outcome.info.get("steps", 0)),
-                "action": (action.get("tool_calls") or [{}])[0].get("function", {}).get("name"),
-            }
-            self.log.append(record)
-            if self.cache:
-                self._scored[key] = (reward, dict(record))
+            self.log.append(dict(record))
         return rewards
+
+    def _score(self, key: tuple[Any, ...], trace: Trace, action: ChatMessage) -> tuple[float, dict[str, Any]]:
+        step, _, difficulty, seed = key[:4]
+        cost = episode_cost(trace)
+        reward = cost_aware_score(cost, self.weights)
+        return reward, {
+            "step": step, "seed": seed, "difficulty": difficulty, "reward": reward,
+            "success": cost.success, "meta_calls": cost.meta_calls, "harness_tokens": cost.harness_tokens,
+            "invalid": cost.invalid, "by_action": cost.by_action, "env_steps": int(trace.outcome.info.get("steps", 0)),
+            "action": (action.get("tool_calls") or [{}])[0].get("function", {}).get("name"),
+        }
+
+    def _play(self, episodes: list[tuple[Any, list[ChatMessage], ChatMessage, int]], model: Any) -> list[Trace]:
+        """Finish each ``(env, replies, action, seed)`` episode with the policy: side by side in
+        lockstep (one batched generation per round) when `lockstep` is on and the policy batches."""
+        def job(environment: Any, recorded: list[ChatMessage], action: ChatMessage, seed: int) -> Callable[[Any], Trace]:
+            config = self.config.model_copy(update={"seed": seed})
+            return lambda player: run_episode(environment, ContinuationPolicy(recorded, action, player), None, config)
+
+        jobs = [job(*episode) for episode in episodes]
+        context = _inference(model) if model is not None else nullcontext()
+        with context:
+            if self.lockstep and hasattr(self.policy, "complete_batch") and len(jobs) > 1:
+                return Lockstep(self.policy).play(jobs)
+            return [play(self.policy) for play in jobs]

@@ -1,31 +1,40 @@
 """The miniature reproduction: a policy raw, after harness fine-tuning, after cost-aware GRPO.
 
-    evoharness reproduce --out runs/miniature                # the CPU preset (about an hour, 2 cores)
-    evoharness reproduce --preset tiny --out runs/smoke      # a smoke run (about a minute)
+    evoharness reproduce --out runs/miniature                # the CPU preset: SmolLM2-135M, LoRA, bf16 (2 cores)
+    evoharness reproduce --resume runs/miniature             # continue it at its first unfinished stage
+    evoharness reproduce --preset tiny --out runs/smoke      # a smoke test of the pipeline (about a minute)
     evoharness reproduce --preset smollm2-gpu --out runs/gpu # SmolLM2-135M full fine-tune on one GPU
+    evoharness reproduce --model student --lora-r 0 ...      # the from-scratch student of earlier rounds
 
 Every stage plays the same held-out seeds of `crm-migration` under the ``bpe`` harness through
 the core loop, with the prompts inference always sees (the dashboard, a recent window, the
-compact tool specs); training never sees those seeds. The stages:
+compact tool specs); training never sees those seeds. The stages (`STAGES`), each leaving its
+outputs and a marker in the run folder so that ``--resume`` continues where a run stopped:
 
-1. **raw** — the policy before training;
-2. **sft** — after supervised harness fine-tuning (`run_sft`) on the scripted expert's episodes
-   of the training seeds, at every difficulty of the preset;
-3. **grpo** — after step-level cost-aware GRPO (`evoharness_bpe_training.continuation`) from
-   the SFT policy, on states of its own training-seed episodes.
+1. ``expert`` — the scripted expert's episodes of the training seeds, at every difficulty;
+2. ``raw`` — the policy before training;
+3. ``sft-train`` / ``sft`` — supervised harness fine-tuning (`run_sft`) on those episodes, then
+   its evaluation;
+4. ``grpo-states`` / ``grpo-train`` / ``grpo`` — the SFT policy's own training-seed episodes,
+   step-level cost-aware GRPO (`evoharness_bpe_training.continuation`) on their states, then
+   its evaluation.
+
+The episodes of a stage, and the continuations of a GRPO step, advance in lockstep: each round
+of their model calls is one batched generation (`evoharness_bpe.lab.runner.lockstep`). On a CPU
+with native bf16 the model trains under bf16 autocast and generates from a bf16 copy of its
+weights; LoRA on the top layers only keeps the backward pass short (`speed`).
 
 The report (``report.md``, ``results.json``, plots) checks the effects the method predicts:
 success after SFT at least 50 points above raw; after GRPO at most 0.7× the SFT policy's
 meta-action calls per episode at success within 5 points (annealing); more meta-action calls per
-environment step at difficulty 2 than at 1 (evolution). The default vehicle is a student of about
-a million parameters trained from scratch (`evoharness_bpe_training.student`): on two CPU cores a
-SmolLM2-135M step costs about a minute at 1,024 tokens, too slow for an hour's run.
+environment step at difficulty 2 than at 1 (evolution).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -83,7 +92,16 @@ class ReproduceConfig:
     mu: float = field(default=0.0, metadata={"help": "μ: price of one harness token."})
     invalid_penalty: float = field(default=0.05, metadata={"help": "Price of one invalid action."})
     use_vllm: bool = field(default=False, metadata={"help": "Generate GRPO samples with vLLM (GPU presets)."})
-    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU presets)."})
+    precision: str = field(default="auto", metadata={"help": "`auto` (bf16 where the machine computes it natively: a CPU with "
+                                                              "avx512_bf16 or AMX, a CUDA device with bf16; fp32 elsewhere), `bf16` or `fp32`. "
+                                                              "Training runs under bf16 autocast, inference on a bf16 copy of the weights."})
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank of fine-tuning; 0 trains every weight (the student)."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_layers: int = field(default=0, metadata={"help": "LoRA on the top N decoder layers only (the backward pass stops there); 0: every layer."})
+    lockstep: bool = field(default=True, metadata={"help": "Advance a stage's episodes (and GRPO's continuations) together, one "
+                                                             "batched generation per round of model calls."})
+    eval_batch: int = field(default=0, metadata={"help": "Most prompts in one batched generation; 0: every episode still running."})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 keeps torch's default."})
     seed: int = field(default=0, metadata={"help": "Random seed."})
 
     def __post_init__(self) -> None:
@@ -100,6 +118,13 @@ class ReproduceConfig:
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise UserError(f"--{name.replace('_', '-')} takes {' or '.join(choices)}, not {getattr(self, name)!r}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise UserError(f"--precision takes auto, bf16 or fp32, not {self.precision!r}")
+        for name in ("lora_r", "lora_layers", "eval_batch", "threads"):
+            if getattr(self, name) < 0:
+                raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if self.model == "student" and self.lora_r:
+            raise UserError("--lora-r applies to a pretrained model; the student trains every weight (set --lora-r 0)")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
 
@@ -142,6 +167,10 @@ def load_reproduce_preset(name: str, **overrides: Any) -> ReproduceConfig:
 
 
 # -- stages ---------------------------------------------------------------------------------
+STAGES: tuple[str, ...] = ("expert", "raw", "sft-train", "sft", "grpo-states", "grpo-train", "grpo")
+"""The stages of a run in order; each writes a marker when it finishes (`StageFolder`)."""
+
+
 def _policy(model: Any, tokenizer: Any, config: ReproduceConfig, *, temperature: float = 0.0):
     from evoharness_bpe.lab.policies import TransformersPolicy
 
@@ -151,23 +180,52 @@ def _policy(model: Any, tokenizer: Any, config: ReproduceConfig, *, temperature:
                               max_new_tokens=config.max_new_tokens, temperature=temperature, seed=config.seed)
 
 
-def _play(policy_for: Any, config: ReproduceConfig, seeds: dict[int, list[int]], path: Path, *, max_steps: int | None = None) -> list[Any]:
-    """Play `seeds` (difficulty → seeds) with ``policy_for(env)`` through the core loop; write the traces."""
-    from evoharness_bpe import TraceWriter
+def _jobs(config: ReproduceConfig, seeds: dict[int, list[int]], *, max_steps: int | None = None, per_env: Any = None) -> list[Any]:
+    """One ``job(policy) -> Trace`` per seed: an episode of the core loop (with ``per_env(env)``
+    as its policy instead, when given: a scripted expert reads its environment)."""
     from evoharness_bpe.lab.envs import make_env
     from evoharness_bpe.lab.runner.core import run_episode
 
-    traces = []
+    def job(level: int, seed: int) -> Any:
+        episode = config.episode_config(seed)
+        if max_steps is not None:
+            episode = episode.model_copy(update={"max_steps": max_steps})
+        def play(policy: Any) -> Any:
+            env = make_env(config.env, level)
+            return run_episode(env, per_env(env) if per_env is not None else policy, None, episode)
+        return play
+
+    return [job(level, seed) for level, level_seeds in seeds.items() for seed in level_seeds]
+
+
+def _play(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], path: Path, *, log: Any = None,
+          stage: str = "", max_steps: int | None = None, per_env: Any = None) -> list[Any]:
+    """Play `seeds` (difficulty → seeds) with `policy` through the core loop and write the traces:
+    side by side (`Lockstep`, one batched generation per round) when `config.lockstep` is on and
+    the policy batches, else one episode after another."""
+    from evoharness_bpe import TraceWriter
+    from evoharness_bpe.lab.runner.lockstep import Lockstep
+
+    from .stages import Progress
+
+    jobs = _jobs(config, seeds, max_steps=max_steps, per_env=per_env)
+    progress = Progress(stage, len(jobs), "episodes", log) if log is not None else None
+
+    def finished(job: Any) -> Any:
+        def run(player: Any) -> Any:
+            trace = job(player)
+            if progress is not None:
+                progress.advance(note=f"{len(trace.model_calls)} model calls in the last")
+            return trace
+        return run
+
+    if config.lockstep and hasattr(policy, "complete_batch") and len(jobs) > 1:
+        traces = Lockstep(policy, max_batch=config.eval_batch or None).play([finished(job) for job in jobs])
+    else:
+        traces = [finished(job)(policy) for job in jobs]
     with TraceWriter(path) as writer:
-        for level, level_seeds in seeds.items():
-            for seed in level_seeds:
-                env = make_env(config.env, level)
-                episode = config.episode_config(seed)
-                if max_steps is not None:
-                    episode = episode.model_copy(update={"max_steps": max_steps})
-                trace = run_episode(env, policy_for(env), None, episode)
-                writer.write(trace)
-                traces.append(trace)
+        for trace in traces:
+            writer.write(trace)
     return traces
 
 
@@ -199,39 +257,109 @@ def _summary(stage: str, traces: list[Any], wall_s: float) -> dict[str, Any]:
             "prompt_tokens_mean": _mean([p for t in group for p in t.metadata.get("prompt_tokens", [])]),
             "prompt_tokens_max": max((p for t in group for p in t.metadata.get("prompt_tokens", [])), default=0),
         }
-    return {"stage": stage, "levels": levels, "wall_s": round(wall_s, 1)}
+    calls = sum(len(t.model_calls) for t in traces)
+    return {"stage": stage, "levels": levels, "wall_s": round(wall_s, 1),
+            "wall_per_model_call_s": round(wall_s / max(1, calls), 3)}
 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _evaluate(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, out: Path, log: Any) -> dict[str, Any]:
+def _evaluate(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, out: Path, log: Any, precision: str) -> dict[str, Any]:
+    from .speed import inference_copy
+
     started = time.perf_counter()
     seeds = {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in config.levels()}
-    policy = _policy(model, tokenizer, config)
-    traces = _play(lambda env: policy, config, seeds, out / f"eval-{stage}.jsonl")
+    policy = _policy(inference_copy(model, precision), tokenizer, config)
+    traces = _play(policy, config, seeds, out / f"eval-{stage}.jsonl", log=log, stage=stage)
     summary = _summary(stage, traces, time.perf_counter() - started)
     log(f"{stage}: " + "; ".join(f"d{k} success {v['success']:.2f}, meta-calls/ep {v['meta_calls']:.1f}, "
-                                  f"meta/step {v['meta_per_env_step']:.2f}" for k, v in summary["levels"].items()))
+                                  f"meta/step {v['meta_per_env_step']:.2f}" for k, v in summary["levels"].items())
+        + f" ({summary['wall_per_model_call_s']:.2f} s per model call)")
     return summary
 
 
-def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out: Path) -> dict[str, Any]:
+class _StepProgress:
+    """A `transformers.TrainerCallback` printing a `Progress` line per optimizer step."""
+
+    def __new__(cls, stage: str, log: Any):  # noqa: ANN204 - returns the callback instance
+        from transformers import TrainerCallback
+
+        from .stages import Progress
+
+        class Callback(TrainerCallback):
+            progress: Progress | None = None
+
+            def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 - transformers' signature
+                self.progress = Progress(stage, state.max_steps, "steps", log)
+
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+                loss = next((h.get("loss") for h in reversed(state.log_history) if "loss" in h), None)
+                if self.progress is not None:
+                    self.progress.advance(note=f"loss {loss:.3f}" if loss is not None else "")
+
+        return Callback()
+
+
+def _train_kwargs(config: ReproduceConfig, precision: str) -> dict[str, Any]:
+    """What both trainers take from the run's speed choices."""
+    import torch
+
+    return {"bf16": precision == "bf16", "use_cpu": not torch.cuda.is_available(), "report_to": "none",
+            "save_strategy": "no", "seed": config.seed, "disable_tqdm": True}
+
+
+def _lora(model: Any, config: ReproduceConfig) -> Any:
+    from .speed import lora_config
+
+    return lora_config(model, r=config.lora_r, alpha=config.lora_alpha, top_layers=config.lora_layers) if config.lora_r else None
+
+
+def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out: Path, precision: str, log: Any) -> tuple[Any, dict[str, Any]]:
     from .sft import SFTRecipeConfig, run_sft
 
-    recipe = SFTRecipeConfig(model_name_or_path=config.model, use_peft=False, output_dir=str(out / "sft"),
+    peft_config = _lora(model, config)
+    recipe = SFTRecipeConfig(model_name_or_path=config.model, use_peft=peft_config is not None, output_dir=str(out / "sft"),
                              num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
                              per_device_train_batch_size=config.sft_batch_size, max_length=4096, eval_fraction=0.0,
-                             deduplicate=False, logging_steps=5, save_strategy="no", seed=config.seed, bf16=config.bf16,
-                             report_to="none", completion_only_loss=config.sft_loss == "completion")
-    result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=None)
-    return dict(result.metrics)
+                             deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
+                             **_train_kwargs(config, precision))
+    result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
+                     callbacks=[_StepProgress("sft-train", log)], quiet=True)
+    return result.model, dict(result.metrics)
 
 
-def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: ReproduceConfig, out: Path):
-    """Step-level cost-aware GRPO on `states`; returns the reward log."""
-    import torch
+class _SnapshotPolicy:
+    """The policy being trained, played from an inference copy (merged, in the run's precision)
+    made afresh at every optimizer step: GRPO's continuations see the current policy at full speed."""
+
+    def __init__(self, trainer: Any, tokenizer: Any, config: ReproduceConfig, precision: str) -> None:
+        self.trainer, self.tokenizer, self.config, self.precision = trainer, tokenizer, config, precision
+        self._step: int | None = None
+        self._policy: Any = None
+
+    def current(self) -> Any:
+        from .speed import inference_copy
+
+        step = int(self.trainer.state.global_step)
+        if step != self._step:
+            self._policy = _policy(inference_copy(self.trainer.model, self.precision), self.tokenizer, self.config)
+            self._step = step
+        return self._policy
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        return self.current().complete(messages, tools)
+
+    def complete_batch(self, requests: list[Any]) -> list[dict[str, Any]]:
+        return self.current().complete_batch(requests)
+
+    def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        return self.current().count_prompt_tokens(messages, tools)
+
+
+def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: ReproduceConfig, out: Path, precision: str, log: Any):
+    """Step-level cost-aware GRPO on `states`; returns the trained model and the reward log."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -240,11 +368,13 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     from .callbacks import MetricsFileCallback
     from .continuation import ContinuationReward
     from .rewards import CostWeights
+    from .sft import quiet_trainer
 
     reward = ContinuationReward(
         make_env=lambda name, level: make_env(name, level),
         config=config.episode_config(),
         weights=CostWeights(lam=config.lam, mu=config.mu, invalid_penalty=config.invalid_penalty),
+        lockstep=config.lockstep,
     )
     batch = config.grpo_states_per_step * config.grpo_generations
     args = GRPOConfig(
@@ -257,130 +387,236 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         temperature=config.grpo_temperature,
         beta=0.0,
         logging_steps=1,
-        save_strategy="no",
-        seed=config.seed,
-        report_to="none",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=config.bf16,
         use_vllm=config.use_vllm,
         dataloader_num_workers=0,
+        **_train_kwargs(config, precision),
     )
+    peft_config = None if hasattr(model, "peft_config") else _lora(model, config)
+    if hasattr(model, "peft_config"):  # the SFT adapter trains on
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_("lora_" in name)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[reward],
         args=args,
         train_dataset=Dataset.from_list(states),
         processing_class=tokenizer,
-        callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl")],
+        peft_config=peft_config,
+        callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _StepProgress("grpo-train", log)],
     )
-    player = _policy(trainer.model, tokenizer, config)
-    reward.policy, reward.prefill = player, player.prefill
+    quiet_trainer(trainer)
+    reward.policy = _SnapshotPolicy(trainer, tokenizer, config, precision)
+    reward.prefill = _policy(trainer.model, tokenizer, config).prefill
     trainer.model.train()
     trainer.train()
     (out / "grpo" / "rewards.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reward.log), "utf-8")
     return trainer.model, reward.log
 
 
-def reproduce(config: ReproduceConfig, *, log: Any = print) -> dict[str, Any]:
-    """Run the reproduction end to end; write ``results.json``, ``report.md`` and plots in ``config.out``."""
+def _save(model: Any, tokenizer: Any, folder: Path) -> None:
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def _load_trained(base: Any, folder: Path) -> Any:
+    """The model a finished training stage saved: its LoRA adapter over `base`, or a whole model."""
+    if (folder / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(base, str(folder), is_trainable=True)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder)
+
+
+def _base_model(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[Any, Any]:
+    """The raw policy and its tokenizer: the student built (once, saved in ``raw/``) or the model loaded."""
+    from .grpo import CHAT_TEMPLATE_KWARGS
+    from .models import load_model_and_tokenizer
+    from .student import build_student, student_chat_template
+
+    if config.model == "student":
+        if (out / "raw" / "config.json").exists():
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            return AutoModelForCausalLM.from_pretrained(out / "raw"), AutoTokenizer.from_pretrained(out / "raw")
+        train = dataset["train"]
+        sample = train.select(range(0, len(train), max(1, len(train) // 300)))
+        return build_student(sample, vocab_size=config.student_vocab, hidden_size=config.student_hidden,
+                             layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
+                             template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype="float32")  # fp32 master weights; bf16 by autocast
+    if config.chat_template == "compact":  # every difficulty-1 prompt within 1,024 SmolLM2 tokens (docs/benchmarks.md)
+        tokenizer.chat_template = student_chat_template()
+    return model, tokenizer
+
+
+def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False) -> dict[str, Any]:
+    """Run the reproduction end to end; write ``results.json``, ``report.md`` and plots in ``config.out``.
+
+    Every stage (`STAGES`) leaves its outputs and a marker in ``config.out``; with `resume` the run
+    already there continues at its first unfinished stage (its config must equal `config`).
+    """
     import torch
 
+    from evoharness_bpe import read_traces
     from evoharness_bpe.lab.policies import ExpertPolicy
 
     from .continuation import consulting_states, state_rows
     from .datasets import traces_to_sft_dataset
-    from .grpo import CHAT_TEMPLATE_KWARGS
-    from .models import load_model_and_tokenizer
     from .reproduce_report import targets, write_report
-    from .student import build_student, student_chat_template
+    from .speed import resolve_precision
+    from .stages import StageFolder
 
     started = time.perf_counter()
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(asdict(config), indent=2), "utf-8")
+    folder = StageFolder.open(out, asdict(config), resume=resume)
+    precision = resolve_precision(config.precision)
+    if config.threads:
+        torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     stages = config.stage_list()
-    results: list[dict[str, Any]] = []
+    machine = {"precision": precision, "threads": torch.get_num_threads(), "load_at_start": _loadavg()}
+    log(f"run: {out} ({'resumed' if resume else 'new'}), precision {precision}, {machine['threads']} torch threads, "
+        f"load {machine['load_at_start']}")
 
-    train_seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
-    expert = _play(ExpertPolicy, config, train_seeds, out / "expert.jsonl", max_steps=400)  # the expert is never cut
-    log(f"expert: {len(expert)} episodes, {sum(len(t.model_calls) for t in expert)} model calls, "
-        f"{sum(t.outcome.success for t in expert)} successes")
+    def expert() -> dict[str, Any]:
+        seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
+        traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=ExpertPolicy)  # never cut
+        return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
+                "successes": sum(bool(t.outcome.success) for t in traces)}
+
+    record = folder.run("expert", expert, log)
+    log(f"expert: {record['episodes']} episodes, {record['model_calls']} model calls, {record['successes']} successes")
     # Identical rows (random ids masked) collapse, then every call position gets one row per episode
     # that reaches it, so late calls weigh as much as the opening.
-    dataset = traces_to_sft_dataset(expert, deduplicate=True, balance_positions=True, eval_fraction=0.0, seed=config.seed)
-    if config.model == "student":
-        train = dataset["train"]
-        sample = train.select(range(0, len(train), max(1, len(train) // 300)))
-        model, tokenizer = build_student(sample, vocab_size=config.student_vocab, hidden_size=config.student_hidden,
-                                         layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
-                                         template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
-    else:
-        model, tokenizer = load_model_and_tokenizer(config.model, dtype="bfloat16" if config.bf16 else "float32")
-        if config.chat_template == "compact":  # every difficulty-1 prompt within 1,024 SmolLM2 tokens (docs/benchmarks.md)
-            tokenizer.chat_template = student_chat_template()
+    dataset = traces_to_sft_dataset(read_traces(out / "expert.jsonl"), deduplicate=True, balance_positions=True,
+                                    eval_fraction=0.0, seed=config.seed)
+    model, tokenizer = _base_model(config, out, dataset)
     log(f"policy: {config.model}, {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary {len(tokenizer)}")
 
+    results: list[dict[str, Any]] = []
     if "raw" in stages:
-        results.append(_evaluate("raw", model, tokenizer, config, out, log))
-    sft_started = time.perf_counter()
-    sft_metrics = _sft(model, tokenizer, dataset, config, out)
-    log(f"sft: {len(dataset['train'])} rows, loss {sft_metrics.get('train_loss', float('nan')):.3f}, "
-        f"{time.perf_counter() - sft_started:.0f} s")
+        results.append(folder.run("raw", lambda: _evaluate("raw", model, tokenizer, config, out, log, precision), log))
+
+    def sft_train() -> dict[str, Any]:
+        trained, metrics = _sft(model, tokenizer, dataset, config, out, precision, log)
+        _save(trained, tokenizer, out / "sft" / "model")
+        log(f"sft: {len(dataset['train'])} rows, loss {metrics.get('train_loss', float('nan')):.3f}")
+        return {"rows": len(dataset["train"]), **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+
+    sft_metrics = folder.run("sft-train", sft_train, log)
+    model = _load_trained(model, out / "sft" / "model")
     if "sft" in stages:
-        results.append(_evaluate("sft", model, tokenizer, config, out, log))
+        results.append(folder.run("sft", lambda: _evaluate("sft", model, tokenizer, config, out, log, precision), log))
 
     reward_log: list[dict[str, Any]] = []
     if "grpo" in stages:
-        grpo_started = time.perf_counter()
-        grpo_levels = [int(x) for x in str(config.grpo_difficulties).split(",") if x.strip()]
-        state_seeds = {level: list(range(config.grpo_state_episodes)) for level in grpo_levels}
-        sft_policy = _policy(model, tokenizer, config)
-        own = _play(lambda env: sft_policy, config, state_seeds, out / "grpo-states.jsonl")
-        states = state_rows(own, sft_policy.render_prompt)
-        if config.grpo_states == "consulting":
-            consulting = consulting_states(states)
-            if not consulting:
-                log("grpo: the SFT policy never called a meta-action; training on all its states")
-            states = consulting or states
-        log(f"grpo: {len(states)} states ({config.grpo_states}) from {len(own)} SFT-policy episodes "
-            f"({sum(t.outcome.success for t in own)} successes)")
-        model, reward_log = _grpo(model, tokenizer, states, config, out)
-        log(f"grpo: {config.grpo_steps} steps, {time.perf_counter() - grpo_started:.0f} s")
-        results.append(_evaluate("grpo", model, tokenizer, config, out, log))
+        def grpo_states() -> dict[str, Any]:
+            from .speed import inference_copy
+
+            levels = [int(x) for x in str(config.grpo_difficulties).split(",") if x.strip()]
+            seeds = {level: list(range(config.grpo_state_episodes)) for level in levels}
+            player = _policy(inference_copy(model, precision), tokenizer, config)
+            own = _play(player, config, seeds, out / "grpo-states.jsonl", log=log, stage="grpo-states")
+            states = state_rows(own, player.render_prompt)
+            kind = config.grpo_states
+            if kind == "consulting":
+                consulting = consulting_states(states)
+                if not consulting:
+                    log("grpo: the SFT policy never called a meta-action; training on all its states")
+                    kind = "all"
+                states = consulting or states
+            (out / "grpo-states.json").write_text(json.dumps(states), "utf-8")
+            return {"states": len(states), "kind": kind, "episodes": len(own), "successes": sum(bool(t.outcome.success) for t in own)}
+
+        info = folder.run("grpo-states", grpo_states, log)
+        log(f"grpo: {info['states']} states ({info['kind']}) from {info['episodes']} SFT-policy episodes ({info['successes']} successes)")
+
+        def grpo_train() -> dict[str, Any]:
+            states = json.loads((out / "grpo-states.json").read_text("utf-8"))
+            trained, rewards = _grpo(model, tokenizer, states, config, out, precision, log)
+            _save(trained, tokenizer, out / "grpo" / "model")
+            return {"steps": config.grpo_steps, "scored": len(rewards)}
+
+        folder.run("grpo-train", grpo_train, log)
+        rewards_path = out / "grpo" / "rewards.jsonl"
+        reward_log = [json.loads(line) for line in rewards_path.read_text("utf-8").splitlines() if line.strip()]
+        base, tokenizer = _base_model(config, out, dataset) if config.model != "student" else (None, tokenizer)
+        model = _load_trained(base, out / "grpo" / "model") if base is not None else _load_trained(model, out / "grpo" / "model")
+        results.append(folder.run("grpo", lambda: _evaluate("grpo", model, tokenizer, config, out, log, precision), log))
 
     summary = {
         "config": asdict(config),
+        "machine": {**machine, "load_at_end": _loadavg()},
         "results": results,
         "sft": sft_metrics,
         "grpo_curve": reward_log,
-        "wall_s": round(time.perf_counter() - started, 1),
+        "stage_wall_s": dict(folder.wall),
+        "wall_s": round(sum(folder.wall.values()), 1),
+        "wall_s_this_process": round(time.perf_counter() - started, 1),
     }
     summary["targets"] = targets(results)
     (out / "results.json").write_text(json.dumps(summary, indent=2, default=float), "utf-8")
     write_report(summary, out)
-    log(f"report: {out / 'report.md'} ({summary['wall_s']:.0f} s)")
+    log(f"report: {out / 'report.md'} ({summary['wall_s']:.0f} s of stages)")
     return summary
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 # -- command line ---------------------------------------------------------------------------
 def register(commands: Any) -> None:
     """Add ``evoharness reproduce`` to the CLI's sub-parsers."""
-    parser = commands.add_parser("reproduce", help="the miniature reproduction: raw → SFT → cost-aware GRPO, with a report",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--preset", default="cpu", choices=PRESETS, help="settings to start from")
+    parser = commands.add_parser("reproduce", help="the miniature reproduction: raw → SFT → cost-aware GRPO, with a report")
+    parser.add_argument("--preset", default=None, choices=PRESETS, help="settings to start from (default: cpu)")
+    parser.add_argument("--resume", metavar="OUT", default=None,
+                        help="continue the run in OUT at its first unfinished stage (refused if a flag differs from its config)")
     for f in fields(ReproduceConfig):
         flag = "--" + f.name.replace("_", "-")
         kind = type(f.default) if f.default is not None else str
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"])
         else:
-            parser.add_argument(flag, type=kind, default=None, help=f.metadata["help"] + " (default: from the preset)")
+            parser.add_argument(flag, type=kind, default=None, help=f.metadata["help"])
     parser.set_defaults(handler=_main)
+
+
+def resume_config(folder: str | Path, preset: str | None = None, **overrides: Any) -> ReproduceConfig:
+    """The config to resume the run in `folder` with: its own (or `preset`'s), with `overrides` on top."""
+    path = Path(folder) / "config.json"
+    if preset is not None:
+        return load_reproduce_preset(preset, **{**overrides, "out": str(folder)})
+    try:
+        saved = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"--resume {folder}: nothing to resume there (no config.json); start a run with --out {folder}") from None
+    except ValueError as exc:
+        raise UserError(f"--resume {folder}: config.json is not valid JSON ({exc})") from None
+    known = {f.name for f in fields(ReproduceConfig)}
+    values = {k: v for k, v in saved.items() if k in known}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    values["out"] = str(folder)
+    return ReproduceConfig(**values)
 
 
 def _main(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in fields(ReproduceConfig)}
-    config = load_reproduce_preset(args.preset, **overrides)
-    reproduce(config, log=lambda line: print(line, flush=True))
+    if args.resume:
+        if overrides.get("out") not in (None, args.resume):
+            raise UserError("--resume OUT continues the run in OUT; leave out --out")
+        config = resume_config(args.resume, args.preset, **overrides)
+    else:
+        config = load_reproduce_preset(args.preset or "cpu", **overrides)
+    try:
+        reproduce(config, log=lambda line: print(line, flush=True), resume=bool(args.resume))
+    except KeyboardInterrupt:
+        print(f"interrupted: the finished stages in {config.out} are kept; continue with "
+              f"evoharness reproduce --resume {config.out}", flush=True)
+        return 130
     return 0

@@ -41,6 +41,8 @@ class SFTResult:
     metrics: dict[str, Any]
     rows: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per split: rows given, kept, prompts cut, rows dropped for losing completion tokens (`fit_rows`)."""
+    model: Any = None
+    """The trained model (a PEFT model with LoRA), as it left the trainer."""
 
 
 def fit_rows(dataset, max_length: int, *, side: str = "left"):  # -> tuple[datasets.Dataset, dict[str, int]]
@@ -169,6 +171,8 @@ def run_sft(
     dataset=None,
     model: Any = None,
     tokenizer: Any = None,
+    callbacks: list[Any] | None = None,
+    quiet: bool = False,
 ) -> SFTResult:
     """Fine-tune on `dataset` (or ``config.traces``); save the adapter or the model, and the metrics.
 
@@ -179,7 +183,9 @@ def run_sft(
     ``<output_dir>/adapter`` (loadable with `peft.PeftModel.from_pretrained` over the same base
     model; without PEFT the whole model lands in ``<output_dir>/model``, a folder to pass as
     ``--model``), the tokenizer beside it, the training log in ``<output_dir>/metrics.jsonl`` and
-    the final figures, with what became of the rows, in ``metrics.json``.
+    the final figures, with what became of the rows, in ``metrics.json``. `callbacks` are
+    extra `transformers.TrainerCallback` objects (progress lines, say); `quiet` drops the
+    trainer's own printing of log dicts and progress bars (when `callbacks` report progress).
     """
     from .callbacks import MetricsFileCallback
     from .models import load_model_and_tokenizer
@@ -214,12 +220,14 @@ def run_sft(
         eval_dataset=evaluation,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[MetricsFileCallback(out / "metrics.jsonl")],
+        callbacks=[MetricsFileCallback(out / "metrics.jsonl"), *(callbacks or [])],
         truncation_side=config.truncation_side,
         max_lost_completions=config.max_lost_completions,
     )
     if len(trainer.train_dataset) == 0:
         raise UserError("no training row fits max_length; raise max_length")
+    if quiet:
+        quiet_trainer(trainer)
     result = trainer.train()
     metrics: dict[str, Any] = dict(result.metrics)
     if evaluation is not None and len(trainer.eval_dataset):
@@ -229,7 +237,16 @@ def run_sft(
     trainer.model.save_pretrained(adapter_dir)
     tokenizer.save_pretrained(adapter_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float), "utf-8")
-    return SFTResult(output_dir=out, adapter_dir=adapter_dir, metrics=metrics, rows=trainer.row_report)
+    return SFTResult(output_dir=out, adapter_dir=adapter_dir, metrics=metrics, rows=trainer.row_report, model=trainer.model)
+
+
+def quiet_trainer(trainer: Any) -> Any:
+    """`trainer` without its printing callbacks (raw log dicts, tqdm bars); metrics files stay."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    return trainer
 
 
 def _splits(dataset: Any) -> tuple[Any, Any]:

@@ -137,19 +137,41 @@ class TransformersPolicy:
         return min(len(ids), self.max_prompt_tokens)
 
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
-        text_prompt = self.render_prompt(messages, tools)
-        ids = self.tokenizer(text_prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
-        if ids.shape[1] > self.max_prompt_tokens:  # keep the newest part; the model cannot read more
-            ids = ids[:, -self.max_prompt_tokens :]
-        self.prompt_tokens.append(int(ids.shape[1]))
+        return self.complete_batch([(messages, tools)])[0]
+
+    def complete_batch(self, requests: list[tuple[list[ChatMessage], list[dict[str, Any]]]]) -> list[ChatMessage]:
+        """One reply per ``(messages, tools)`` request, generated in one batched ``generate``.
+
+        Prompts are left-padded to the longest; a row that reaches ``</tool_call>`` stops
+        growing while the others go on. At temperature 0 each reply is the one `complete` gives
+        for that request alone (up to floating-point ties).
+        """
+        if not requests:
+            return []
+        torch = self._torch
+        rows = []
+        for messages, tools in requests:
+            ids = self.tokenizer(self.render_prompt(messages, tools), add_special_tokens=False)["input_ids"]
+            rows.append(ids[-self.max_prompt_tokens :])  # keep the newest part; the model cannot read more
+        self.prompt_tokens.extend(len(r) for r in rows)
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
         sample = self.temperature > 0
-        with self._torch.no_grad():
+        with torch.no_grad():
             out = self.model.generate(
-                ids, attention_mask=self._torch.ones_like(ids), max_new_tokens=self.max_new_tokens, do_sample=sample,
-                **({"temperature": self.temperature} if sample else {}), pad_token_id=self.tokenizer.eos_token_id,
+                input_ids, attention_mask=attention, max_new_tokens=self.max_new_tokens, do_sample=sample,
+                **({"temperature": self.temperature} if sample else {}), pad_token_id=pad,
                 stop_strings=["</tool_call>"], tokenizer=self.tokenizer,
             )
-        text = (self.prefill + self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)).strip()
+        replies = []
+        for row, (_, tools) in zip(out, requests):
+            text = (self.prefill + self.tokenizer.decode(row[width:], skip_special_tokens=True)).strip()
+            replies.append(self._reply(text, tools))
+        return replies
+
+    def _reply(self, text: str, tools: list[dict[str, Any]]) -> ChatMessage:
         calls = parse_tool_calls(text, {t["function"]["name"] for t in tools})
         self._calls += 1
         if not calls:

@@ -1,0 +1,134 @@
+"""A run folder of stages that can be left and come back to.
+
+Every stage writes what it made (a model, traces, metrics) and then a marker,
+``stages/<name>.json``, holding its results and wall time; a stage with a marker is finished. A
+resumed run (`StageFolder.open(..., resume=True)`) keeps the folder's config, refuses one that
+differs, and starts at the first stage without a marker. `Progress` prints a line per step of a
+long stage, with the elapsed time and an estimate of what is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from evoharness_bpe.exceptions import UserError
+
+__all__ = ["StageFolder", "Progress", "config_differences"]
+
+
+def config_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any], *, ignore: tuple[str, ...] = ()) -> list[str]:
+    """``field: saved → wanted`` for every field whose value differs (`ignore` left out)."""
+    keys = sorted((set(saved) | set(wanted)) - set(ignore))
+    return [f"{k}: {saved.get(k)!r} → {wanted.get(k)!r}" for k in keys if saved.get(k) != wanted.get(k)]
+
+
+class StageFolder:
+    """The folder of one run: its config, and a marker per finished stage."""
+
+    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+        self.root = root
+        self.config = config
+        self.wall: dict[str, float] = {}
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], config: dict[str, Any], *, resume: bool = False,
+             ignore: tuple[str, ...] = ("out",)) -> "StageFolder":
+        """A new run in `root` (its config written), or with `resume` the run already there.
+
+        A resumed run must have been made with the same config (fields in `ignore` aside).
+        """
+        root = Path(root)
+        path = root / "config.json"
+        if resume:
+            if not path.exists():
+                raise UserError(f"--resume {root}: no run there (no config.json); start one without --resume")
+            try:
+                saved = json.loads(path.read_text("utf-8"))
+            except ValueError as exc:
+                raise UserError(f"--resume {root}: config.json is not valid JSON ({exc})") from None
+            differences = config_differences(saved, config, ignore=ignore)
+            if differences:
+                raise UserError(f"--resume {root}: the run was made with another config ({'; '.join(differences)}); "
+                                "resume without those flags, or start a new run in another folder")
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            if (root / "stages").exists() and any((root / "stages").glob("*.json")):
+                raise UserError(f"{root} already holds a run; continue it with --resume {root}, or pick another --out")
+            path.write_text(json.dumps(config, indent=2), "utf-8")
+        folder = cls(root, config)
+        (root / "stages").mkdir(exist_ok=True)
+        return folder
+
+    def marker(self, stage: str) -> Path:
+        return self.root / "stages" / f"{stage}.json"
+
+    def done(self, stage: str) -> bool:
+        """True when `stage` finished (its marker exists)."""
+        return self.marker(stage).exists()
+
+    def finished(self) -> list[str]:
+        """The finished stages, in the order they finished."""
+        markers = [(json.loads(p.read_text("utf-8")).get("finished_at", 0), p.stem) for p in (self.root / "stages").glob("*.json")]
+        return [name for _, name in sorted(markers)]
+
+    def result(self, stage: str) -> Any:
+        """What a finished `stage` returned."""
+        return json.loads(self.marker(stage).read_text("utf-8"))["result"]
+
+    def run(self, stage: str, work: Callable[[], Any], log: Callable[[str], None]) -> Any:
+        """`work()`'s result, computed now, or read back when `stage` already finished."""
+        if self.done(stage):
+            record = json.loads(self.marker(stage).read_text("utf-8"))
+            self.wall[stage] = float(record.get("wall_s", 0.0))
+            log(f"{stage}: finished earlier ({record.get('wall_s', 0):.0f} s), kept")
+            return record["result"]
+        started = time.perf_counter()
+        result = work()
+        wall = round(time.perf_counter() - started, 1)
+        self.wall[stage] = wall
+        record = {"stage": stage, "wall_s": wall, "finished_at": time.time(), "load": _load(), "result": result}
+        tmp = self.marker(stage).with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=2, default=float), "utf-8")
+        os.replace(tmp, self.marker(stage))  # the marker appears whole or not at all
+        return result
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+class Progress:
+    """A line per step of a stage: ``[stage] 12/75 episodes · 3m10s · about 16m left``.
+
+    Lines are printed at most every `every` seconds (and always for the last step).
+    """
+
+    def __init__(self, stage: str, total: int, unit: str, log: Callable[[str], None], *, every: float = 20.0) -> None:
+        self.stage, self.total, self.unit, self.log, self.every = stage, max(1, total), unit, log, every
+        self.started = time.perf_counter()
+        self.count = 0
+        self._last = 0.0
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.count = min(self.total, self.count + n)
+        now = time.perf_counter()
+        if self.count < self.total and now - self._last < self.every:
+            return
+        self._last = now
+        elapsed = now - self.started
+        left = elapsed / self.count * (self.total - self.count) if self.count else 0.0
+        suffix = f" · {note}" if note else ""
+        self.log(f"[{self.stage}] {self.count}/{self.total} {self.unit} · {_clock(elapsed)} · about {_clock(left)} left{suffix}")
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

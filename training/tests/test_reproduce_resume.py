@@ -1,0 +1,100 @@
+"""The reproduction as a run to leave and come back to, and lockstep evaluation equal to sequential."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evoharness_bpe.exceptions import UserError
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny run stopped by Ctrl-C in GRPO training, then resumed."""
+    from evoharness_bpe_training import reproduce as module
+
+    out = tmp_path_factory.mktemp("resumable")
+    config = module.load_reproduce_preset("tiny", out=str(out))
+    real = module._grpo
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    module._grpo = interrupt
+    first: list[str] = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            module.reproduce(config, log=first.append)
+    finally:
+        module._grpo = real
+    kept = {p.name: p.stat().st_mtime_ns for p in (out / "stages").glob("*.json")}
+    second: list[str] = []
+    summary = module.reproduce(module.resume_config(out), log=second.append, resume=True)
+    return out, kept, first, second, summary
+
+
+@pytest.mark.slow
+def test_resume_continues_at_the_first_unfinished_stage(interrupted) -> None:
+    out, kept, first, second, summary = interrupted
+    assert set(kept) == {"expert.json", "raw.json", "sft-train.json", "sft.json", "grpo-states.json"}
+    for name, mtime in kept.items():  # finished stages are read back, not run again
+        assert (out / "stages" / name).stat().st_mtime_ns == mtime
+        assert any(line.startswith(f"{name[:-5]}: finished earlier") for line in second)
+    assert not any("finished earlier" in line for line in first)
+    assert [r["stage"] for r in summary["results"]] == ["raw", "sft", "grpo"]
+    assert set(summary["stage_wall_s"]) == {"expert", "raw", "sft-train", "sft", "grpo-states", "grpo-train", "grpo"}
+    assert (out / "grpo" / "model").is_dir() and (out / "report.md").exists()
+    assert json.loads((out / "stages" / "grpo.json").read_text())["result"]["stage"] == "grpo"
+
+
+@pytest.mark.slow
+def test_resume_refuses_another_config_and_an_empty_folder(interrupted, tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce, resume_config
+
+    out = interrupted[0]
+    with pytest.raises(UserError, match=r"another config \(grpo_steps: 1 → 3"):
+        reproduce(resume_config(out, grpo_steps=3), resume=True)
+    with pytest.raises(UserError, match="nothing to resume"):
+        resume_config(tmp_path / "empty")
+    with pytest.raises(UserError, match="already holds a run"):
+        reproduce(load_reproduce_preset("tiny", out=str(out)))
+
+
+@pytest.mark.slow
+def test_lockstep_evaluation_equals_one_episode_after_another(interrupted, tmp_path: Path) -> None:
+    """The SFT policy of the run, on held-out seeds: batched rounds give the sequential traces."""
+    from evoharness_bpe_training import reproduce as module
+    from evoharness_bpe_training.speed import inference_copy
+
+    out = interrupted[0]
+    config = module.resume_config(out, eval_episodes=3, max_steps=6, precision="fp32")
+    model, tokenizer = module._base_model(config, out, None)
+    model = module._load_trained(model, out / "sft" / "model")
+    policy = module._policy(inference_copy(model, "fp32"), tokenizer, config)
+    seeds = {1: [10_000, 10_001, 10_002], 2: [10_000]}
+    batched = [0]
+    original = policy.complete_batch
+
+    def counting(requests):
+        batched[0] = max(batched[0], len(requests))
+        return original(requests)
+
+    policy.complete_batch = counting
+    together = module._play(policy, config, seeds, tmp_path / "lockstep.jsonl")
+    assert batched[0] == 4  # every episode in one generation
+    alone = module._play(policy, module.resume_config(out, lockstep=False, eval_episodes=3, max_steps=6, precision="fp32"),
+                         seeds, tmp_path / "sequential.jsonl")
+
+    def strip(value):  # call ids are numbered across a policy's calls, so they follow the order of play
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("id", "tool_call_id")}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    def view(trace):
+        calls = [(strip(c.messages), strip(c.response)) for c in trace.model_calls]
+        return calls, trace.outcome.success, trace.metadata.get("prompt_tokens")
+
+    assert [view(t) for t in together] == [view(t) for t in alone]
+    assert sum(len(t.model_calls) for t in together) > 4
