@@ -102,7 +102,7 @@ _SECRET_RE = re.compile(
     r"|\b(sk|pk|rk|ghp|gho|github_pat|xox[abpr]|lsv2_[a-z]{2})[-_][A-Za-z0-9_-]{12,}"  # well-known key prefixes
     r"|\bAKIA[0-9A-Z]{16}\b"  # AWS access key ids
     r"|(\"?(?:api[_-]?key|apikey|password|passwd|secret|token|access[_-]?token|authorization|x-api-key)\"?\s*[:=]\s*)"
-    r"(\"[^\"]*\"|'[^']*'|[^\s,;&}]+)"
+    r"((?i:bearer|basic)\s+[^\s,;&}]+|\"[^\"]*\"|'[^']*'|[^\s,;&}]+)"
 )
 
 

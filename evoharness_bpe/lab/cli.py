@@ -157,6 +157,22 @@ def _consolidate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_otel(args: argparse.Namespace) -> int:
+    from ..otlp import export_traces
+
+    sent = export_traces(args.traces, args.endpoint, content=True if args.content else None)
+    print(f"sent {sent} spans" + (f" to {args.endpoint}" if args.endpoint else ""))
+    return 0
+
+
+def _otel_command(argv: list[str]) -> list[str]:
+    """``export otel …`` as the ``export-otel`` command (``export`` itself belongs to the training package)."""
+    i = next((n for n, a in enumerate(argv) if not a.startswith("-")), None)
+    if i is not None and argv[i:i + 2] == ["export", "otel"]:
+        return [*argv[:i], "export-otel", *argv[i + 2:]]
+    return argv
+
+
 def _check_model_folder(model: str) -> None:
     path = Path(model)
     if not path.is_dir():
@@ -305,6 +321,17 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--resume", action="store_true", help="continue the dataset in --out: skip the episodes done")
     again.add_argument("--overwrite", action="store_true", help="replace the dataset in --out")
     consolidate.set_defaults(handler=_consolidate)
+    otel = commands.add_parser(
+        "export-otel", help="send recorded traces as OpenTelemetry GenAI spans over OTLP/HTTP (also: export otel)",
+        epilog="Headers, timeout and compression come from the standard OTEL_EXPORTER_OTLP_* variables (LangSmith: "
+        "--endpoint https://api.smith.langchain.com/otel and OTEL_EXPORTER_OTLP_HEADERS='x-api-key=…'). Prompts and "
+        "replies are sent only with --content or OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true.",
+    )
+    otel.add_argument("traces", help="a JSONL trace file")
+    otel.add_argument("--endpoint", help="OTLP/HTTP URL, a base (…/v1/traces is added) or the full traces URL "
+                      "(default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT)")
+    otel.add_argument("--content", action="store_true", help="send prompts, replies and meta-action arguments (credentials masked)")
+    otel.set_defaults(handler=_export_otel)
     for ep in entry_points(group="evoharness.commands"):
         ep.load()(commands)
     return parser
@@ -343,7 +370,7 @@ def _first_line(exc: ValueError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_otel_command(list(sys.argv[1:] if argv is None else argv)))
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

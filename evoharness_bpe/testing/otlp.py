@@ -15,10 +15,12 @@ import gzip
 import json
 import threading
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["OTLPReceiver"]
+__all__ = ["OTLPReceiver", "tracing_to"]
 
 
 class OTLPReceiver:
@@ -142,3 +144,44 @@ def _any(value: dict[str, Any]) -> Any:
     if "arrayValue" in value:
         return [_any(v) for v in value["arrayValue"].get("values", ())]
     return value
+
+
+_switch: Any = None
+
+
+@contextmanager
+def tracing_to(receiver: OTLPReceiver) -> Iterator[Any]:
+    """Spans of the global tracer provider go to `receiver` (OTLP/HTTP, one request a span) in the block.
+
+    The process's global SDK `TracerProvider` is set on first use (OpenTelemetry allows it once);
+    outside a block its spans go nowhere. Yields the provider.
+    """
+    global _switch
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    if _switch is None:
+        class Switch(SpanProcessor):
+            target: Any = None
+
+            def on_start(self, span: Any, parent_context: Any = None) -> None:
+                if self.target is not None:
+                    self.target.on_start(span, parent_context)
+
+            def on_end(self, span: Any) -> None:
+                if self.target is not None:
+                    self.target.on_end(span)
+
+        provider = TracerProvider()
+        _switch = Switch()
+        provider.add_span_processor(_switch)
+        trace.set_tracer_provider(provider)
+    processor = SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.url + "/v1/traces"))
+    _switch.target = processor
+    try:
+        yield trace.get_tracer_provider()
+    finally:
+        _switch.target = None
+        processor.shutdown()
