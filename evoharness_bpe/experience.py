@@ -17,7 +17,7 @@ from .exceptions import MetaActionError, UserError
 from .stores.base import ExperienceEntry, ExperienceKind, ExperienceStore, Namespace, ScoredEntry
 from .text import has_negation, jaccard, numbers, terms
 
-__all__ = ["ConsolidationPolicy", "NoteOutcome", "consolidate_note", "recall", "credit", "is_decayed"]
+__all__ = ["ConsolidationPolicy", "NoteOutcome", "consolidate_note", "similar_entries", "recall", "credit", "is_decayed"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,22 @@ def _contradicts(new: str, old: str) -> bool:
     return numbers(new) != numbers(old) or has_negation(new) != has_negation(old)
 
 
+def similar_entries(
+    store: ExperienceStore, namespace: Namespace, text: str, *, policy: ConsolidationPolicy = ConsolidationPolicy()
+) -> list[tuple[ExperienceEntry, bool]]:
+    """The stored entries that say what `text` says, best match first, each with whether `text`
+    contradicts it (same words, other numbers or the opposite polarity).
+
+    These are the near-duplicates `consolidate_note` merges a note into or replaces by it.
+    """
+    new_terms = _content_terms(text)
+    return [
+        (hit.entry, _contradicts(text, hit.entry.text))
+        for hit in store.search(namespace, text, k=policy.candidates)
+        if jaccard(new_terms, _content_terms(hit.entry.text)) >= policy.duplicate_threshold
+    ]
+
+
 def consolidate_note(
     store: ExperienceStore,
     namespace: Namespace,
@@ -95,12 +111,10 @@ def consolidate_note(
                     field="supersedes",
                 )
             replaced.append(supersedes)
-        new_terms = _content_terms(text)
-        for hit in store.search(namespace, text, k=policy.candidates):
-            old = hit.entry
-            if old.id in replaced or jaccard(new_terms, _content_terms(old.text)) < policy.duplicate_threshold:
+        for old, contradicted in similar_entries(store, namespace, text, policy=policy):
+            if old.id in replaced:
                 continue
-            if _contradicts(text, old.text):
+            if contradicted:
                 replaced.append(old.id)
                 continue
             if not replaced:

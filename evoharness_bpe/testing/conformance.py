@@ -12,7 +12,9 @@ yields a fresh, empty store::
 
 The suite checks the raw contract (add/get/update/delete/list/search/count, namespace
 isolation, transactions), its async twins (aadd/aget/aupdate/adelete/alist/asearch/acount) and
-the behaviours built on it (consolidation, supersedes, decay, the cap, credit). A backend whose
+the behaviours built on it (consolidation, supersedes, decay, the cap, credit, and windowed
+consolidation: a frozen view writes nothing, and a window's edits keep the cap per kind and the
+delete veto and refuse unknown ids, whichever consolidator proposes them). A backend whose
 ``transaction()`` does not roll back sets ``rolls_back = False`` on its subclass; nothing in the
 suite is skipped. A subclass whose store was given an embedder (hybrid recall) sets
 ``hybrid = True``; build it with `evoharness_bpe.testing.embedders.KeywordEmbedder`, whose
@@ -28,7 +30,21 @@ import pytest
 
 from ..exceptions import MetaActionError, StoreError, UserError
 from ..experience import ConsolidationPolicy, consolidate_note, credit, recall
+from ..consolidator.testing import ScriptedTeacher
+from ..consolidator.window import (
+    AddEdit,
+    BankLimits,
+    DeleteEdit,
+    EditApplier,
+    MergeEdit,
+    ModelWindowConsolidator,
+    UpdateEdit,
+    WindowCounts,
+    WindowNote,
+    consolidate_window,
+)
 from ..stores.base import ExperienceEntry, ExperienceStore
+from ..stores.frozen import FrozenView, content_hash
 
 __all__ = ["ExperienceStoreConformance"]
 
@@ -337,3 +353,103 @@ class ExperienceStoreConformance:
         assert store.count(NS) <= 10
         assert store.get(NS, winner.id) is not None
         assert store.count(OTHER) == 0
+
+    # -- windowed consolidation: a frozen bank, then validated edits --------------------------
+    def test_frozen_view_writes_nothing_and_keeps_the_credit(self, store: ExperienceStore) -> None:
+        entry = consolidate_note(store, NS, "Validate the email field before the upload").entry
+        before = content_hash(store, NS)
+        view = FrozenView(store)
+        consolidate_note(view, NS, "Batches above fifty records are refused by the target")
+        consolidate_note(view, NS, "validate the email field before the upload!")  # a merge, dropped
+        assert credit(view, NS, [entry.id], success=True) == 1
+        assert not view.delete(NS, "no-such-id") and view.delete(NS, entry.id)
+        assert content_hash(store, NS) == before and store.count(NS) == 1
+        assert view.take_credits(NS) == {entry.id: (1, 1, 0)} and view.take_credits(NS) == {}
+        with pytest.raises(StoreError):
+            view.update(NS, ExperienceEntry(text="not stored"))
+
+    def test_window_edits_naming_unknown_ids_are_refused(self, store: ExperienceStore) -> None:
+        kept = consolidate_note(store, NS, "Upload customer records in small batches").entry
+        other = consolidate_note(store, OTHER, "An entry of another namespace").entry
+        before = content_hash(store, NS)
+        counts = WindowCounts()
+        with store.transaction():
+            applier = EditApplier(store, NS, BankLimits(), counts)
+            outcomes = [applier.apply(e) for e in (UpdateEdit("no-such-id", text="x"), MergeEdit(kept.id, ("no-such-id",)),
+                                                     DeleteEdit("no-such-id"), DeleteEdit(other.id))]
+        assert outcomes == ["unknown"] * 4 and counts.unknown == 4
+        assert content_hash(store, NS) == before and store.get(OTHER, other.id) is not None
+
+    def test_window_keeps_the_cap_per_kind(self, store: ExperienceStore) -> None:
+        consolidate_note(store, NS, "Lesson one about alpha batches", kind="lesson")
+        consolidate_note(store, OTHER, "Lesson of another namespace about gamma", kind="lesson")
+        notes = [WindowNote(f"Distinct lesson {w} about topic{w}", "lesson") for w in ("red", "green", "blue")]
+        notes.append(WindowNote("A procedure: export, validate, upload", "procedure"))
+        counts = consolidate_window(store, NS, notes, limits=BankLimits(max_per_kind=2))
+        assert (counts.add, counts.capacity) == (2, 2)
+        kinds = sorted(e.kind for e in store.list(NS, limit=10))
+        assert kinds == ["lesson", "lesson", "procedure"] and counts.size == 3
+        assert store.count(OTHER) == 1  # the other namespace neither counts against the cap nor changes
+
+    def test_window_veto_keeps_entries_recalled_often(self, store: ExperienceStore) -> None:
+        often = consolidate_note(store, NS, "Upload customer records all at once quickly").entry
+        rarely = consolidate_note(store, NS, "Send the whole ledger without any check").entry
+        for _ in range(3):
+            credit(store, NS, [often.id], success=False)
+        credit(store, NS, [rarely.id], success=False)
+        counts = WindowCounts()
+        with store.transaction():
+            applier = EditApplier(store, NS, BankLimits(delete_veto=3), counts)
+            assert [applier.apply(DeleteEdit(often.id)), applier.apply(DeleteEdit(rarely.id))] == ["vetoed", "delete"]
+        assert store.get(NS, often.id) is not None and store.get(NS, rarely.id) is None
+        # the rules delete a decayed entry, but not one the veto protects (it stays out of recall)
+        again = consolidate_window(store, NS, [], limits=BankLimits(delete_veto=3))
+        assert (again.delete, again.vetoed) == (0, 1) and store.get(NS, often.id) is not None
+        gone = consolidate_window(store, NS, [], limits=BankLimits(delete_veto=4))
+        assert gone.delete == 1 and store.get(NS, often.id) is None
+
+    def test_window_books_credit_then_updates_repeated_notes(self, store: ExperienceStore) -> None:
+        entry = consolidate_note(store, NS, "Always validate the email field before upload", tags=["crm"]).entry
+        notes = [WindowNote("always validate the email field before the upload!", tags=("email",)),
+                 WindowNote("The API accepts batches of at most 50 records")]
+        counts = consolidate_window(store, NS, notes, credits={entry.id: (2, 1, 1), "gone": (1, 1, 0)})
+        assert (counts.credited, counts.update, counts.add) == (1, 1, 1)
+        updated = store.get(NS, entry.id)
+        assert updated is not None and (updated.uses, updated.wins, updated.losses, updated.evidence) == (2, 1, 1, 2)
+        assert updated.tags == ["crm", "email"]
+        fixed = consolidate_window(store, NS, [WindowNote("The API accepts batches of at most 100 records")])
+        assert (fixed.update, fixed.add) == (1, 0) and store.count(NS) == 2
+        assert any("100 records" in e.text for e in store.list(NS))
+
+    def test_window_model_consolidator_keeps_cap_and_veto(self, store: ExperienceStore) -> None:
+        used = consolidate_note(store, NS, "Retry the upload when the API answers 503").entry
+        for _ in range(3):
+            credit(store, NS, [used.id], success=True)
+
+        def decide(notes: list, related: list) -> list:
+            return [{"op": "delete", "id": used.id}, {"op": "delete", "id": notes[0]["id"]},
+                    {"op": "add", "text": "Retry 503 answers of the upload API", "kind": "lesson"},
+                    {"op": "add", "text": "Wait before a retry of the upload", "kind": "lesson"}]
+
+        consolidator = ModelWindowConsolidator(ScriptedTeacher(decide), timeout=10, retries=0)
+        try:
+            notes = [WindowNote("The upload API answers 503 when busy: retry it"), WindowNote("Kept note about exports")]
+            counts = consolidate_window(store, NS, notes, consolidator=consolidator,
+                                        limits=BankLimits(max_per_kind=3, delete_veto=3))
+        finally:
+            consolidator.close()
+        # the veto keeps the used entry; the first note is dropped; two adds fit the cap, the third does not
+        assert (counts.vetoed, counts.delete, counts.add, counts.capacity) == (1, 0, 2, 1)
+        assert counts.fallback is None and store.get(NS, used.id) is not None and store.count(NS) == 3
+
+    def test_window_model_consolidator_falls_back_to_the_rules(self, store: ExperienceStore) -> None:
+        consolidator = ModelWindowConsolidator(ScriptedTeacher(lambda notes, related: "no JSON here"), timeout=10, retries=0)
+        try:
+            counts = consolidate_window(store, NS, [WindowNote("Validate the email field before upload")],
+                                        consolidator=consolidator, limits=BankLimits(max_per_kind=1))
+            more = consolidate_window(store, NS, [WindowNote("Another lesson about batches")], consolidator=consolidator,
+                                      limits=BankLimits(max_per_kind=1))
+        finally:
+            consolidator.close()
+        assert counts.fallback and "JSON" in counts.fallback and counts.add == 1
+        assert more.capacity == 1 and store.count(NS) == 1  # the rules keep the cap too

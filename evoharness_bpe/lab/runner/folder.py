@@ -5,21 +5,30 @@ and its plots, and ``experience.db`` (the run's own Experience store, unless ``-
 another) with ``experience.checkpoint.db``, its copy as of the last finished episode, which
 ``--resume`` restores so a resumed run continues from exactly the state the finished episodes
 left.
+
+What a folder holds is checked when it is read: a ``traces.jsonl`` line that is not an episode
+of a run, or a ``--resume`` whose environments, policies, harnesses, frameworks or difficulty
+differ from the folder's run, is refused in one line instead of being mixed into the figures.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from ...exceptions import UserError
-from ...trace import Trace, read_traces
+from ...trace import Trace, TornTraceWarning
 
-__all__ = ["FolderMode", "RUN_FILES", "make_out_folder", "prepare_folder", "finished_episodes", "episode_key", "checkpoint_store", "restore_store"]
+__all__ = ["FolderMode", "RUN_FILES", "make_out_folder", "prepare_folder", "finished_episodes", "read_run_traces",
+           "episode_key", "check_resume", "checkpoint_store", "restore_store"]
 
 FolderMode = Literal["new", "resume", "overwrite"]
 STORE, CHECKPOINT = "experience.db", "experience.checkpoint.db"
@@ -69,9 +78,114 @@ def episode_key(trace: Trace) -> tuple[object, ...]:
 
 
 def finished_episodes(out: Path) -> list[Trace]:
-    """The episodes a previous run in `out` finished (a torn last line is skipped)."""
+    """The episodes a previous run in `out` finished (a torn last line is skipped).
+
+    Raises a `UserError` naming the line when a line is not an episode of a run.
+    """
     path = out / "traces.jsonl"
-    return list(read_traces(path)) if path.exists() else []
+    return read_run_traces(path) if path.exists() else []
+
+
+# What `evoharness run` records of every episode it writes (see `episode_key`).
+_RUN_FIELDS = ("episode_id", "env", "harness", "framework", "outcome", "metadata")
+_RUN_METADATA = {"policy": str, "seed": int, "difficulty": int}
+
+
+def _not_an_episode(record: Any) -> str | None:
+    """Why the parsed line `record` is not an episode written by `evoharness run`, or None."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object"
+    missing = [k for k in _RUN_FIELDS if k not in record]
+    if missing:
+        return f"no {', '.join(repr(k) for k in missing)}"
+    if not isinstance(record["env"], str):
+        return "'env' is not a name"
+    metadata = record["metadata"]
+    if not isinstance(metadata, dict):
+        return "'metadata' is not an object"
+    for key, kind in _RUN_METADATA.items():
+        value = metadata.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"metadata.{key} is {'missing' if value is None else 'not a ' + kind.__name__}"
+    return None
+
+
+def read_run_traces(path: Path) -> list[Trace]:
+    """The episodes of a run's ``traces.jsonl``: a torn last line is skipped with a warning;
+    any other line that is not an episode of a run is a `UserError` naming the line."""
+    traces = []
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            why = None
+            try:
+                record = json.loads(raw)
+            except ValueError as exc:
+                if not raw.endswith(b"\n"):  # the torn last line of a crashed writer
+                    warnings.warn(f"{path}:{number}: skipped a line: torn or invalid JSON", TornTraceWarning, stacklevel=2)
+                    continue
+                why = f"not JSON ({exc})"
+            else:
+                why = _not_an_episode(record)
+                if why is None:
+                    try:
+                        traces.append(Trace.model_validate(record))
+                    except ValidationError as exc:
+                        first = exc.errors()[0]
+                        why = f"{'.'.join(str(p) for p in first.get('loc', ())) or 'trace'}: {first.get('msg', exc)}"
+            if why is not None:
+                raise UserError(f"{path} line {number} is not an episode of `evoharness run` ({why[:200]}): "
+                                "remove that line, or start again with --overwrite")
+    return traces
+
+
+# The settings that decide which episodes a run holds, as RunConfig fields and their flags.
+_RESUME_SETTINGS = {"envs": "--env", "policies": "--policy", "harnesses": "--harness", "frameworks": "--framework",
+                    "difficulty": "--difficulty"}
+
+
+def _folder_settings(out: Path) -> dict[str, Any] | None:
+    """The settings of the run in `out` as its metrics.json records them (None without a readable one)."""
+    try:
+        config = json.loads((out / "metrics.json").read_text("utf-8")).get("config")
+    except (OSError, ValueError, AttributeError):
+        config = None
+    if isinstance(config, dict) and all(k in config for k in _RESUME_SETTINGS):
+        return {k: config[k] for k in _RESUME_SETTINGS}
+    return None
+
+
+def _show(value: Any) -> str:
+    return " ".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
+
+
+def check_resume(out: Path, settings: Mapping[str, Any], done: list[Trace]) -> None:
+    """Refuse ``--resume`` of `out` when it holds no run, or a run with other `settings`.
+
+    `settings` holds the resuming run's ``envs``, ``policies``, ``harnesses``, ``frameworks`` and
+    ``difficulty``. They must equal those of the folder's run (its ``metrics.json``), or, when the
+    run was stopped before it wrote one, cover every finished episode.
+    """
+    if not out.is_dir() or not any((out / name).exists() for name in RUN_FILES):
+        raise UserError(f"--out {out} holds no run: there is nothing to resume; drop --resume to start one there")
+    refuse = ("differs from the run in {out} ({theirs}): resume with the folder's settings, "
+              "or choose another --out (--overwrite replaces the run)")
+    folder = _folder_settings(out)
+    if folder is not None:
+        for key, flag in _RESUME_SETTINGS.items():
+            mine, theirs = settings[key], folder[key]
+            if (list(mine) if isinstance(mine, list | tuple) else mine) != theirs:
+                raise UserError(f"--resume: {flag} {_show(mine)} " + refuse.format(out=out, theirs=f"{flag} {_show(theirs)}"))
+        return
+    for trace in done:
+        values = {"envs": trace.env, "policies": trace.metadata.get("policy"), "harnesses": trace.harness,
+                  "frameworks": trace.framework, "difficulty": trace.metadata.get("difficulty")}
+        for key, flag in _RESUME_SETTINGS.items():
+            mine = settings[key]
+            if values[key] not in (mine if isinstance(mine, list | tuple) else [mine]):
+                raise UserError(f"--resume: {flag} {_show(mine)} " + refuse.format(
+                    out=out, theirs=f"it holds an episode of {flag} {values[key]}"))
 
 
 def checkpoint_store(out: Path) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from ...exceptions import UserError
-from ...trace import read_traces
+from .folder import read_run_traces
+from .consolidation_report import consolidation_lines, infrastructure_lines
 from .metrics import HARNESS_ORDER, episode_metrics, summarize
 
 __all__ = ["write_report", "load_metrics", "build_figures", "PLOTS"]
@@ -158,25 +160,108 @@ def _plots(rows: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path)
     return list(figures)
 
 
+# What the report reads of each episode row of metrics.json, and the kind of JSON value it must be.
+_ROW_FIELDS = {
+    "env": "text", "policy": "text or null", "harness": "text", "framework": "text", "success": "true or false",
+    "steps": "a whole number", "invalid_actions": "a whole number", "meta_actions": "an object of counts",
+    "meta_actions_per_step": "a list of counts", "prompt_tokens_per_step": "a list of counts",
+    "wall_time_s": "a number or null",
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _fits(value: Any, kind: str) -> bool:
+    checks = {
+        "text": lambda v: isinstance(v, str),
+        "text or null": lambda v: v is None or isinstance(v, str),
+        "true or false": lambda v: isinstance(v, bool),
+        "a whole number": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "an object of counts": lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values()),
+        "a list of counts": lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
+        "a number or null": lambda v: v is None or _is_number(v),
+    }
+    return checks[kind](value)
+
+
+def _metrics_problem(data: Any) -> str | None:
+    """What makes parsed ``metrics.json`` content unusable for the report, or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    rows = data.get("episodes")
+    if not isinstance(rows, list):
+        return "no 'episodes' list"
+    if not isinstance(data.get("note"), str | type(None)):
+        return "'note' is not text"
+    skipped = data.get("skipped")
+    if skipped is not None and not (isinstance(skipped, list) and all(isinstance(x, str) for x in skipped)):
+        return "'skipped' is not a list of texts"
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            return f"episode {i} is not an object"
+        for key, kind in _ROW_FIELDS.items():
+            if key not in row:
+                return f"episode {i} has no {key!r}"
+            if not _fits(row[key], kind):
+                return f"episode {i}: {key!r} is not {kind}"
+    return None
+
+
 def load_metrics(out: Path) -> dict[str, Any]:
-    """``metrics.json`` of a run folder, rebuilt from ``traces.jsonl`` when missing or corrupt."""
+    """``metrics.json`` of a run folder, checked; rebuilt from ``traces.jsonl`` when missing or unusable.
+
+    A rebuild of an unusable file says why in a warning. Without ``traces.jsonl`` to rebuild from,
+    an unusable file is a `UserError` that says what is wrong with it.
+    """
     path = out / "metrics.json"
+    problem = None
     if path.exists():
         try:
             data = json.loads(path.read_text("utf-8"))
-            if isinstance(data, dict) and isinstance(data.get("episodes"), list):
+        except (OSError, ValueError) as exc:
+            problem = f"not valid JSON ({getattr(exc, 'strerror', None) or exc})"
+        else:
+            problem = _metrics_problem(data)
+            if problem is None:
                 return data
-        except (OSError, ValueError):
-            pass
     traces = out / "traces.jsonl"
     if not traces.exists():
         if not out.is_dir():
             raise UserError(f"{out} is not a run folder: pass the --out folder of `evoharness run`")
+        if problem is not None:
+            raise UserError(f"{path} is unusable: {problem[:200]}; and there is no traces.jsonl to rebuild it from")
         raise UserError(f"{out} holds neither metrics.json nor traces.jsonl: pass the --out folder of `evoharness run`")
-    rows = [episode_metrics(t) for t in read_traces(traces)]
-    data = {"note": "Metrics rebuilt from traces.jsonl.", "skipped": [], "summary": summarize(rows), "episodes": rows}
+    rows = [episode_metrics(t) for t in read_run_traces(traces)]
+    if problem is not None:
+        warnings.warn(f"{path} is unusable ({problem[:200]}): rebuilt it from traces.jsonl", UserWarning, stacklevel=2)
+    note = "Metrics rebuilt from traces.jsonl." + (f" (metrics.json was unusable: {problem[:200]}.)" if problem else "")
+    data = {"note": note, "skipped": [], "summary": summarize(rows), "episodes": rows}
     path.write_text(json.dumps(data, indent=1), "utf-8")
     return data
+
+
+def _ablation_table(summary: list[dict[str, Any]]) -> list[str]:
+    """The reference's ablation table: success of full / −Belief / −Progress / −Experience per
+    environment, policy, harness and framework (only when the run switched parts off)."""
+    from .metrics import ABLATIONS  # noqa: PLC0415
+
+    cells: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for s in summary:
+        base, _, ablated = str(s["harness"]).partition("-")
+        cells[(s["env"], s["policy"], base, s["framework"])][f"-{ablated}" if ablated else "full"] = s
+    rows = {k: v for k, v in cells.items() if len(v) > 1 or "full" not in v}
+    if not rows:
+        return []
+    names = {"full": "full", "-belief": "−Belief", "-progress": "−Progress", "-experience": "−Experience"}
+    lines = ["## Ablations", "", "Success rate (mean model calls) with one part of the workspace switched off.", "",
+             "| env | policy | harness | framework | " + " | ".join(names[a] for a in ABLATIONS) + " |",
+             "|---|---|---|---|" + "---:|" * len(ABLATIONS)]
+    for (env, policy, base, framework), by in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        shown = [f"{by[a]['success_rate']:.0%} ({by[a]['mean_model_calls']:.1f})" if a in by else "–" for a in ABLATIONS]
+        lines.append(f"| {env} | {policy} | {base} | {framework} | " + " | ".join(shown) + " |")
+    return [*lines, ""]
 
 
 def write_report(folder: str | os.PathLike[str]) -> Path:
@@ -198,6 +283,9 @@ def write_report(folder: str | os.PathLike[str]) -> Path:
             f"{s['mean_steps']:.1f} | {s['mean_model_calls']:.1f} | {s['mean_invalid_actions']:.1f} | {m['track']:.1f}/{m['commit']:.1f}/{m['recall']:.1f}/{m['note']:.1f} | "
             f"{s['mean_prompt_tokens_per_step']:.0f}, {s['max_prompt_tokens']} | {s['mean_wall_time_s']:.1f} |")
     lines.append("")
+    lines += _ablation_table(summary)
+    lines += infrastructure_lines(data)
+    lines += consolidation_lines(data, out)
     for line in data.get("skipped") or []:
         lines.append(f"- skipped {line}")
     if data.get("skipped"):

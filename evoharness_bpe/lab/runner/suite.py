@@ -24,8 +24,8 @@ from ..frameworks import EpisodeConfig
 from ..registry import load_framework
 from ..policy import ChatMessage, Policy
 from ...stores.base import ExperienceStore
-from ...trace import TraceWriter
-from .folder import FolderMode, checkpoint_store, episode_key, finished_episodes, prepare_folder, restore_store
+from ...trace import Trace, TraceWriter
+from .folder import FolderMode, check_resume, checkpoint_store, episode_key, finished_episodes, prepare_folder, restore_store
 from .interrupts import Interrupts, RunInterrupted
 from .metrics import episode_metrics, summarize
 from .report import PLOTS, write_report
@@ -198,8 +198,12 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
     """
     runners = {f: load_framework(f) for f in config.frameworks}
     out = config.out
+    done: list[Trace] = []
+    if config.mode == "resume" and not out.is_file():  # a file: prepare_folder says so
+        done = finished_episodes(out)
+        check_resume(out, {"envs": config.envs, "policies": config.policies, "harnesses": config.harnesses,
+                           "frameworks": config.frameworks, "difficulty": config.difficulty}, done)
     prepare_folder(out, config.mode, PLOTS)
-    done = finished_episodes(out) if config.mode == "resume" else []
     finished = {episode_key(t) for t in done}
     own_store = config.store is None
     if own_store and config.mode == "resume":
