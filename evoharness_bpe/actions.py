@@ -25,6 +25,10 @@ from .state import SubgoalStatus
 
 __all__ = [
     "META_ACTIONS",
+    "PARTS",
+    "PART_OF",
+    "Part",
+    "check_parts",
     "ToolSpec",
     "TrackArgs",
     "CommitArgs",
@@ -86,6 +90,26 @@ ARGUMENT_MODELS: dict[str, type[_Args]] = {
     "note": NoteArgs,
 }
 META_ACTIONS: tuple[str, ...] = tuple(ARGUMENT_MODELS)
+
+Part = Literal["belief", "progress", "experience"]
+PARTS: tuple[Part, ...] = ("belief", "progress", "experience")
+"""The three parts of the workspace, each of which a harness can switch off (an ablation)."""
+PART_OF: dict[str, Part] = {"track": "belief", "commit": "progress", "recall": "experience", "note": "experience"}
+"""The part each meta-action reads or writes."""
+
+
+def check_parts(parts: Any) -> tuple[Part, ...]:
+    """`parts` as a tuple in the order belief, progress, experience; an unknown name is a `UserError`.
+
+    >>> check_parts(["experience", "belief", "belief"])
+    ('belief', 'experience')
+    """
+    if isinstance(parts, str) or not all(isinstance(p, str) for p in parts):
+        raise UserError(f"parts must be a list of part names ({', '.join(PARTS)}), not {parts!r}")
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise UserError(f"unknown part {', '.join(map(repr, unknown))}; the parts are {', '.join(PARTS)}")
+    return tuple(p for p in PARTS if p in parts)
 
 
 class ToolSpec(BaseModel):

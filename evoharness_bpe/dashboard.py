@@ -10,9 +10,10 @@ The whole text never exceeds the token budget under the given counter.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal, NamedTuple
 
+from .actions import PARTS
 from .ledger import LedgerSummary, LedgerTotals
 from .state import BPEState
 from .stores.base import ExperienceEntry
@@ -47,11 +48,22 @@ def _cost_line(ledger: LedgerSummary | LedgerTotals) -> str:
     )
 
 
-def _sections(state: BPEState, hints: Sequence[ExperienceEntry], mode: InjectMode) -> list[tuple[str, list[str]]]:
+def _sections(
+    state: BPEState, hints: Sequence[ExperienceEntry], mode: InjectMode, parts: Collection[str] = PARTS
+) -> list[tuple[str, list[str]]]:
+    sections = _all_sections(state, hints, mode)
+    # A part switched off leaves no line: Progress owns NEXT and EXCEPTIONS (open tool errors).
+    hidden = {"NEXT:", "EXCEPTIONS:"} if "progress" not in parts else set()
+    hidden |= {"BELIEFS:"} if "belief" not in parts else set()
+    hidden |= {"HINTS (from experience):"} if "experience" not in parts else set()
+    return [(header, lines) for header, lines in sections if header not in hidden]
+
+
+def _all_sections(state: BPEState, hints: Sequence[ExperienceEntry], mode: InjectMode) -> list[tuple[str, list[str]]]:
     progress = state.progress
     open_subgoals = progress.open_subgoals()
     limit_next = 1 if mode == "summary" else _MAX_NEXT
-    next_lines = [f"- [{s.status}] {s.id} {_safe(s.title, 120)}" for s in open_subgoals[:limit_next]]
+    next_lines = [f"- [{s.status}] {identifier(s.id)} {_safe(s.title, 120)}" for s in open_subgoals[:limit_next]]
     if len(open_subgoals) > limit_next:
         next_lines.append(f"- … {len(open_subgoals) - limit_next} more open")
     if mode == "summary":
@@ -95,13 +107,16 @@ def render_dashboard(
     budget: int = 600,
     mode: InjectMode = "full",
     token_counter: TokenCounter = approx_tokens,
+    parts: Collection[str] = PARTS,
 ) -> str:
     """Render the dashboard for `state` within `budget` tokens ("" when `mode` is "off").
 
     Lines are added by priority — goal, counts, cost; then next subgoals, exceptions, beliefs
-    and hints — as long as they fit.
+    and hints — as long as they fit. A part missing from `parts` (an ablation) shows nothing:
+    without ``progress`` no PROGRESS, NEXT or EXCEPTIONS; without ``belief`` no BELIEFS;
+    without ``experience`` no HINTS.
     """
-    return render(state, ledger=ledger, hints=hints, budget=budget, mode=mode, token_counter=token_counter).text
+    return render(state, ledger=ledger, hints=hints, budget=budget, mode=mode, token_counter=token_counter, parts=parts).text
 
 
 def render(
@@ -112,6 +127,7 @@ def render(
     budget: int = 600,
     mode: InjectMode = "full",
     token_counter: TokenCounter = approx_tokens,
+    parts: Collection[str] = PARTS,
 ) -> RenderedDashboard:
     """`render_dashboard`, returning the token count too (so callers need not count again)."""
     if mode == "off":
@@ -123,7 +139,8 @@ def render(
         f" (of {sum(counts.values())})"
     )
     tail = [_cost_line(ledger), CLOSE_TAG]
-    fixed = [head, progress_line, *tail]
+    shown = [progress_line] if "progress" in parts else []
+    fixed = [head, *shown, *tail]
     used = sum(token_counter(line) for line in fixed)
     goal_chars = 300
     goal_line = f"GOAL: {_safe(state.progress.goal, goal_chars)}"
@@ -133,7 +150,7 @@ def render(
     used += token_counter(goal_line)
 
     body: list[str] = []
-    for header, lines in _sections(state, hints, mode):
+    for header, lines in _sections(state, hints, mode, parts):
         if not lines:
             continue
         header_cost = token_counter(header)
@@ -148,7 +165,7 @@ def render(
             body.append(line)
             used += cost
 
-    text = "\n".join([head, goal_line, progress_line, *body, *tail])
+    text = "\n".join([head, goal_line, *shown, *body, *tail])
     if token_counter is approx_tokens:  # additive over lines: `used` is exact
         return RenderedDashboard(text, used)
     # Another counter may not be additive over lines and overshoot: drop optional lines.
@@ -157,6 +174,6 @@ def render(
         body.pop()
         if body and body[-1].endswith(":"):
             body.pop()
-        text = "\n".join([head, goal_line, progress_line, *body, *tail])
+        text = "\n".join([head, goal_line, *shown, *body, *tail])
         tokens = token_counter(text)
     return RenderedDashboard(text, tokens)

@@ -7,7 +7,12 @@ comparable. A harness is one of:
 * ``none`` — the system prompt, the task and the full history;
 * ``append`` — every note and observation in the system prompt, the recent window of messages
   and a ``note`` tool;
+* ``panels`` — the BPE dashboard in the system prompt and the recent window, brought up to date
+  from the environment's results alone: no meta-actions (the reference's ``always_on``);
 * ``bpe`` — the BPE dashboard in the system prompt, the recent window and the four meta-actions.
+
+``panels`` and ``bpe`` take part switches (`PARTS`): a part switched off is left out of the
+prompt, the dashboard and the tools. `StepBudget` is the step budget every loop spends.
 
 >>> instructions("none") == prompt_text("system")
 True
@@ -28,19 +33,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from .actions import META_ACTIONS, tool_specs
+from .actions import META_ACTIONS, PART_OF, PARTS, check_parts, tool_specs
 from .exceptions import UserError
 from .text import approx_tokens
 
 __all__ = [
     "META_ACTIONS",
+    "PARTS",
     "HARNESSES",
+    "PART_HARNESSES",
+    "StepBudget",
+    "parts_label",
     "MAX_SILENT_REPLIES",
     "Harness",
     "SpecStyle",
@@ -59,8 +68,10 @@ __all__ = [
     "model_call",
 ]
 
-Harness = Literal["none", "append", "bpe"]
-HARNESSES: tuple[str, ...] = ("none", "append", "bpe")
+Harness = Literal["none", "append", "panels", "bpe"]
+HARNESSES: tuple[str, ...] = ("none", "append", "panels", "bpe")
+PART_HARNESSES: tuple[str, ...] = ("panels", "bpe")
+"""The harnesses that show the workspace's parts, and so take part switches."""
 SpecStyle = str
 """How tool specs are written: ``"full"`` (the default, for frontier models) or a style an
 environment and the meta-action specs also understand."""
@@ -77,31 +88,77 @@ ChatMessage = dict[str, Any]
 @cache
 def prompt_text(name: str) -> str:
     """A prompt data file, ``evoharness_bpe/prompts/<name>.txt``: ``system``, ``bpe``,
-    ``append`` or ``nudge``."""
+    ``append`` or ``nudge`` (``panels`` and part-ablated texts come from ``parts.json``)."""
     try:
         return resources.files("evoharness_bpe.prompts").joinpath(f"{name}.txt").read_text("utf-8").strip()
     except FileNotFoundError:
         raise UserError(f"no prompt named {name!r}; the prompts are system, bpe, append and nudge") from None
 
 
-def _check(harness: str) -> None:
+def _check(harness: str, parts: Sequence[str] = PARTS) -> tuple[str, ...]:
     if harness not in HARNESSES:
         raise UserError(f"harness must be one of {', '.join(HARNESSES)}, not {harness!r}")
+    checked = check_parts(parts)
+    if checked != PARTS and harness not in PART_HARNESSES:
+        raise UserError(f"part switches apply to the {' and '.join(PART_HARNESSES)} harnesses, not {harness!r}")
+    return checked
 
 
-def instructions(harness: str, base: str | None = None) -> str:
+@cache
+def _part_texts() -> dict[str, Any]:
+    return json.loads(resources.files("evoharness_bpe.prompts").joinpath("parts.json").read_text("utf-8"))
+
+
+def _harness_text(harness: str, parts: tuple[str, ...]) -> str:
+    """What `harness` adds to the system prompt, naming only the parts switched on."""
+    if harness == "bpe" and parts == PARTS:
+        return prompt_text("bpe")  # the published text, byte for byte (training data holds it)
+    spec = _part_texts()[harness]
+    if not parts:
+        return str(spec["empty"])
+    names = [spec["parts"][p] for p in parts]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    uses = [spec["uses"][p] for p in parts if p in spec["uses"]]
+    tail = f"{spec['tail']} {', '.join(uses)}." if uses else spec["tail"]
+    return f"{spec['lead']} {listed}. {tail}"
+
+
+def parts_label(parts: Sequence[str]) -> str:
+    """How an ablation is named in reports: ``full``, or the parts switched off (``-belief``).
+
+    >>> parts_label(PARTS), parts_label(["belief", "experience"])
+    ('full', '-progress')
+    """
+    off = [p for p in PARTS if p not in check_parts(parts)]
+    return "full" if not off else "".join(f"-{p}" for p in off)
+
+
+def instructions(harness: str, base: str | None = None, *, parts: Sequence[str] = PARTS) -> str:
     """The fixed part of the system prompt of `harness`: `base` (default the built-in system
-    prompt), then what the harness adds. The dashboard or memory follows it, after a blank line."""
-    _check(harness)
+    prompt), then what the harness adds. The dashboard or memory follows it, after a blank line.
+
+    `parts` (``panels`` and ``bpe`` only) names the parts switched on; the text names no other.
+    """
+    checked = _check(harness, parts)
     text = base if base is not None else prompt_text("system")
-    return text if harness == "none" else f"{text}\n\n{prompt_text(harness)}"
+    if harness == "none":
+        return text
+    added = prompt_text(harness) if harness == "append" else _harness_text(harness, checked)
+    return f"{text}\n\n{added}"
 
 
-def system_prompt(harness: str, base: str | None = None, *, dashboard: str = "", memory: Sequence[str] = ()) -> str:
-    """The whole system prompt of one model call: `instructions` plus the dashboard (``bpe``)
-    or the memory block (``append``)."""
-    text = instructions(harness, base)
-    if harness == "bpe" and dashboard:
+def system_prompt(
+    harness: str,
+    base: str | None = None,
+    *,
+    dashboard: str = "",
+    memory: Sequence[str] = (),
+    parts: Sequence[str] = PARTS,
+) -> str:
+    """The whole system prompt of one model call: `instructions` plus the dashboard (``bpe``,
+    ``panels``) or the memory block (``append``)."""
+    text = instructions(harness, base, parts=parts)
+    if harness in PART_HARNESSES and dashboard:
         return f"{text}\n\n{dashboard}"
     if harness == "append":
         return f"{text}\n\n<memory>\n" + "\n".join(memory) + "\n</memory>"
@@ -117,16 +174,19 @@ def meta_action_tools(style: SpecStyle = "full", names: Sequence[str] = META_ACT
     return [spec.openai() for spec in tool_specs(style) if spec.name in names]
 
 
-def episode_tools(env: Any, harness: str, *, style: SpecStyle = "full") -> list[dict[str, Any]]:
+def episode_tools(
+    env: Any, harness: str, *, style: SpecStyle = "full", parts: Sequence[str] = PARTS
+) -> list[dict[str, Any]]:
     """The tools of an episode, in the order every loop offers them: the environment's tools
-    (``env.tools(style=...)``, or a list of specs), then the harness's meta-actions (``bpe``: all
-    four; ``append``: ``note``). A name used twice is an error.
+    (``env.tools(style=...)``, or a list of specs), then the harness's meta-actions (``bpe``: the
+    four, less those of parts switched off; ``append``: ``note``; ``panels`` and ``none``: none).
+    A name used twice is an error.
 
     This is the one tool list: traces record it, the SFT ``tools`` column comes from the traces,
     inference and GRPO rollouts are given it, so the model sees the same order and text in all.
     An environment's style also selects how it writes its observations (``compact``: shorter).
     """
-    _check(harness)
+    checked = _check(harness, parts)
     if isinstance(env, Sequence):
         env_specs = [dict(spec) for spec in env]
     elif style == "full":
@@ -136,7 +196,8 @@ def episode_tools(env: Any, harness: str, *, style: SpecStyle = "full") -> list[
             env_specs = list(env.tools(style=style))
         except TypeError:  # an environment without styles: its one set of specs
             env_specs = list(env.tools())
-    meta = {"bpe": META_ACTIONS, "append": ("note",), "none": ()}[harness]
+    bpe = tuple(name for name in META_ACTIONS if PART_OF[name] in checked)
+    meta = {"bpe": bpe, "append": ("note",), "panels": (), "none": ()}[harness]
     tools = [*env_specs, *meta_action_tools(style, meta)]
     names = [_spec_name(t) for t in tools]
     clash = sorted({n for n in names if names.count(n) > 1})
@@ -249,6 +310,61 @@ def count_prompt_tokens(
         if exact is not None:
             return PromptTokens(int(exact), "exact")
     return PromptTokens(approx_prompt_tokens(messages, tools), "approximate")
+
+
+# -- step budget ----------------------------------------------------------------------------
+@dataclass
+class StepBudget:
+    """The step budget of an episode, spent the same way by every loop.
+
+    Charged (the default, as in the reference): every model call spends one of `max_steps`,
+    whatever it called — a meta-action costs what an environment action costs. Free
+    (``charge=False``): a call whose tool calls are all meta-actions spends nothing, but the
+    episode still stops after ``max_steps + extra`` calls in all, `extra` being
+    `max_meta_actions` or, without a cap, `max_steps` (a model that never acts must stop).
+
+    >>> budget = StepBudget(2, charge=False, max_meta_actions=1)
+    >>> budget.spend(["recall"], {"recall"})  # a meta-action only: no step spent
+    False
+    >>> budget.open, budget.charged, budget.calls
+    (True, 0, 1)
+    >>> budget.spend(["look"], {"recall"}), budget.spend(["look"], {"recall"}), budget.open
+    (True, True, False)
+    """
+
+    max_steps: int
+    charge: bool = True
+    max_meta_actions: int | None = None
+    charged: int = 0
+    """Model calls that spent a step."""
+    calls: int = 0
+    """Model calls in all."""
+
+    @property
+    def limit(self) -> int:
+        """Model calls the episode may make in all."""
+        if self.charge:
+            return self.max_steps
+        extra = self.max_meta_actions if self.max_meta_actions is not None else self.max_steps
+        return self.max_steps + extra
+
+    @property
+    def open(self) -> bool:
+        """True while another model call may be made."""
+        return self.charged < self.max_steps and self.calls < self.limit
+
+    def spend(self, names: Sequence[Any], meta: Collection[str]) -> bool:
+        """Record one model call that called the tools `names` (meta-actions: those in `meta`);
+        returns whether it spent a step. A reply without a tool call spends one."""
+        self.calls += 1
+        free = not self.charge and bool(names) and all(n in meta for n in names)
+        self.charged += not free
+        return not free
+
+    def metadata(self) -> dict[str, Any]:
+        """The budget options, as traces record them."""
+        return {"charge_meta_actions": self.charge, "max_meta_actions": self.max_meta_actions,
+                "charged_model_calls": self.charged}
 
 
 # -- counters -------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ class Trace(BaseModel):
     created: float = Field(default_factory=time.time)
     task: str = ""
     framework: str = Field(default="core", description="core, langgraph, llamaindex, …")
-    harness: str = Field(default="bpe", description="none, append or bpe.")
+    harness: str = Field(default="bpe", description="none, append, panels or bpe.")
     env: str | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI chat messages.")
     model_calls: list[ModelCall] = Field(default_factory=list, description="Each prompt and reply.")

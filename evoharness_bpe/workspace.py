@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .actions import (
+    PART_OF,
+    PARTS,
     MAX_ARGUMENT_CHARS,
     MAX_RECORDED_CHARS,
     CommitArgs,
@@ -22,6 +24,7 @@ from .actions import (
     TrackArgs,
     parse_arguments,
     bounded_json,
+    check_parts,
     tool_specs,
 )
 from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render
@@ -30,7 +33,25 @@ from .experience import ConsolidationPolicy, consolidate_note, credit, recall
 from .ledger import ActionCost, CostLedger, LedgerSummary
 from .sanitize import identifier, inline, quote
 from .recorder import EpisodeRecorder
-from .state import BPEState, Experience, Fact, OpenException, Progress, Subgoal, subgoal_id
+from .state import (
+    MAX_ENTRY_ID_CHARS,
+    MAX_EXPERIENCE_IDS,
+    MAX_GOAL_CHARS,
+    MAX_HISTORY_LIMIT,
+    MAX_KEY_CHARS,
+    MAX_MESSAGE_CHARS,
+    MAX_NOTE_CHARS,
+    MAX_SOURCE_CHARS,
+    MAX_TITLE_CHARS,
+    MAX_VALUE_CHARS,
+    BPEState,
+    Experience,
+    Fact,
+    OpenException,
+    Progress,
+    Subgoal,
+    subgoal_id,
+)
 from .stores.base import ExperienceEntry, ExperienceStore, validate_namespace
 from .stores.memory import MemoryExperienceStore
 from .text import TokenCounter, approx_tokens
@@ -71,6 +92,14 @@ class WorkspaceOptions:
     """Facts Belief holds before `track` refuses new keys."""
     max_exceptions: int = 50
     """Open tool errors Belief keeps; the oldest observed ones make room."""
+    max_subgoals: int = 200
+    """Subgoals Progress holds before `commit` refuses new ones."""
+    parts: tuple[str, ...] = PARTS
+    """The parts shown and usable (an ablation leaves some out): a part switched off is left out
+    of the dashboard and the tools, observations do not fill it, and its meta-actions are
+    refused with a message the model can read."""
+    max_meta_actions: int | None = None
+    """Meta-action calls an episode may make (valid or not); later ones are refused. None: no cap."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.dashboard_tokens, int) or self.dashboard_tokens < MIN_DASHBOARD_TOKENS:
@@ -85,6 +114,17 @@ class WorkspaceOptions:
             raise UserError("max_beliefs must be a positive number of facts")
         if not isinstance(self.max_exceptions, int) or self.max_exceptions < 1:
             raise UserError("max_exceptions must be a positive number of exceptions")
+        if not isinstance(self.max_subgoals, int) or self.max_subgoals < 1:
+            raise UserError("max_subgoals must be a positive number of subgoals")
+        object.__setattr__(self, "parts", check_parts(self.parts))
+        cap = self.max_meta_actions
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+            raise UserError("max_meta_actions must be a number of calls (0 or more), or None for no cap")
+
+    @property
+    def meta_actions(self) -> tuple[str, ...]:
+        """The meta-actions of the parts switched on, in the order track, commit, recall, note."""
+        return tuple(name for name, part in PART_OF.items() if part in self.parts)
 
 
 class ActionResult(BaseModel):
@@ -110,6 +150,16 @@ class EpisodeSummary(BaseModel):
 class Workspace:
     """One episode of an agent's Belief, Progress and Experience.
 
+    Every text it keeps is bounded: the goal is cut to 2,000 characters, subgoal titles are at
+    most 200 (longer ones are refused), the meta-actions' arguments have their own limits, and
+    `max_beliefs`, `max_exceptions` and `max_subgoals` bound the counts. A state loaded from
+    outside (``state=``, `from_state`, `restore`: a checkpoint, a framework's state channel) is
+    held to the same bounds as one made here: subgoal and exception ids are re-derived as
+    `commit` and `observe` derive them, texts are cut to the limits above, the oldest observed
+    facts and tool errors beyond the caps are dropped, and a state with more tracked facts or
+    subgoals than the caps, or with ids that reduce to nothing or collide, is refused with a
+    `UserError`.
+
     >>> ws = Workspace("Migrate 40 customer records", subgoals=["batch 1", "batch 2"])
     >>> ws.act("track", {"key": "api.rate_limit", "value": "5 requests/s"}).ok
     True
@@ -132,9 +182,12 @@ class Workspace:
         consolidation: ConsolidationPolicy | None = None,
         max_beliefs: int | None = None,
         max_exceptions: int | None = None,
+        max_subgoals: int | None = None,
+        parts: Sequence[str] | None = None,
+        max_meta_actions: int | None = None,
         options: WorkspaceOptions | None = None,
         consolidator: ModelConsolidator | None = None,
-        state: BPEState | None = None,
+        state: BPEState | dict[str, Any] | str | None = None,
         recorder: EpisodeRecorder | None = None,
     ) -> None:
         if not isinstance(goal, str) or not goal.strip():
@@ -146,6 +199,9 @@ class Workspace:
             "consolidation": consolidation,
             "max_beliefs": max_beliefs,
             "max_exceptions": max_exceptions,
+            "max_subgoals": max_subgoals,
+            "parts": tuple(parts) if parts is not None and not isinstance(parts, str) else parts,
+            "max_meta_actions": max_meta_actions,
         }
         given = {k: v for k, v in given.items() if v is not None}
         if options is not None and given:
@@ -165,13 +221,21 @@ class Workspace:
         self.consolidator = consolidator
         self._consolidation_submitted = 0  # notes of this episode already handed to the consolidator
         if state is not None:
-            self._state = state.model_copy(deep=True)
+            self._state = _loaded(_as_state(state), self.options)
         else:
-            progress = Progress(goal=goal.strip())
-            for title in subgoals or ():
+            titles = list(subgoals or ())
+            if len(titles) > self.options.max_subgoals:
+                raise UserError(f"{len(titles)} subgoals; a workspace holds at most {self.options.max_subgoals} "
+                                "(raise max_subgoals)")
+            progress = Progress(goal=_cut(goal.strip(), MAX_GOAL_CHARS))
+            for title in titles:
+                if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
+                    shown = repr(title[:60]) + "…" if isinstance(title, str) else type(title).__name__
+                    size = f"{len(title):,} characters" if isinstance(title, str) else "not text"
+                    raise UserError(f"a subgoal title is at most {MAX_TITLE_CHARS} characters: {shown} is {size}")
                 sid = subgoal_id(title)
                 if not sid or sid in progress.subgoals:
-                    raise UserError(f"subgoal titles must be distinct and contain letters or digits: {title!r}")
+                    raise UserError(f"subgoal titles must be distinct and contain letters or digits: {title[:60]!r}")
                 progress.subgoals[sid] = Subgoal(id=sid, title=title.strip())
             self._state = BPEState(progress=progress, experience=Experience(namespace=self.namespace))
         self._handlers: dict[str, Callable[[Any], str]] = {
@@ -203,6 +267,16 @@ class Workspace:
     @property
     def consolidation(self) -> ConsolidationPolicy:
         return self.options.consolidation
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The parts switched on (`WorkspaceOptions.parts`)."""
+        return self.options.parts
+
+    @property
+    def meta_actions(self) -> tuple[str, ...]:
+        """The meta-actions this workspace offers: those of the parts switched on."""
+        return self.options.meta_actions
 
     @property
     def ledger(self) -> CostLedger:
@@ -237,19 +311,24 @@ class Workspace:
         return cls(state.progress.goal, state=state, **kwargs)
 
     def restore(self, state: BPEState | dict[str, Any] | str) -> None:
-        """Continue from a saved `BPEState` in place: same store, options and recorder."""
-        self._state = _as_state(state).model_copy(deep=True)
+        """Continue from a saved `BPEState` in place: same store, options and recorder.
+
+        The state is checked as in the constructor (see `Workspace` on loaded state); a refused
+        one leaves the workspace as it was.
+        """
+        self._state = _loaded(_as_state(state), self.options)
         self._hint_cache = None
 
     # -- tools -------------------------------------------------------------------------------
     @property
     def tools(self) -> list[ToolSpec]:
-        """The four meta-actions as tool specs (name, description, JSON-schema parameters)."""
-        return tool_specs()
+        """The meta-actions as tool specs (name, description, JSON-schema parameters): all four,
+        or those of the parts switched on."""
+        return [spec for spec in tool_specs() if spec.name in self.meta_actions]
 
     def openai_tools(self) -> list[dict[str, Any]]:
-        """The four meta-actions in the OpenAI function-calling format."""
-        return [spec.openai() for spec in tool_specs()]
+        """`tools` in the OpenAI function-calling format."""
+        return [spec.openai() for spec in self.tools]
 
     # -- meta-actions ------------------------------------------------------------------------
     def act(self, name: str, args: Any = None, *, tool_call_id: str | None = None) -> ActionResult:
@@ -262,6 +341,7 @@ class Workspace:
         step = self.state.step
         parsed = self._span_detail = None
         try:
+            self._check_allowed(name)
             parsed = parse_arguments(name, args)
             content = self._handlers[name](parsed)
             ok = True
@@ -288,6 +368,22 @@ class Workspace:
         telemetry.meta_action(self, name, parsed, ok, content, raw, cost.wall_ms, tool_call_id, self._span_detail)
         return ActionResult(ok=ok, content=content, cost=cost)
 
+    def _check_allowed(self, name: Any) -> None:
+        """Refuse a meta-action of a part switched off, or one past the episode's cap."""
+        part = PART_OF.get(name) if isinstance(name, str) else None
+        if part is not None and part not in self.parts:
+            raise MetaActionError(
+                f"{name} is not available: {part.capitalize()} is switched off in this workspace; "
+                "nothing was changed, continue with the other tools", action=name,
+            )
+        cap = self.options.max_meta_actions
+        # The run's recorder counts the calls so far, whichever workspace of the run made them.
+        if part is not None and cap is not None and len(self.recorder.events) >= cap:
+            raise MetaActionError(
+                f"the meta-action budget of this episode is spent ({cap} calls); nothing was changed, "
+                "continue with the environment's tools", action=name,
+            )
+
     def _track(self, args: TrackArgs) -> str:
         belief = self.state.belief
         if args.value is None:
@@ -306,6 +402,12 @@ class Workspace:
         return f"updated {args.key}: {old.value!r} → {args.value!r}"
 
     def _commit(self, args: CommitArgs) -> str:
+        progress = self.state.progress
+        if len(progress.subgoals) >= self.options.max_subgoals and progress.find(args.subgoal) is None:
+            raise MetaActionError(
+                f"Progress is full ({self.options.max_subgoals} subgoals); commit to an existing subgoal",
+                field="subgoal",
+            )
         sub, previous = self.state.progress.commit(args.subgoal, args.status, args.note, self.state.step)
         counts = self.state.progress.counts()
         open_count = counts["todo"] + counts["doing"]
@@ -353,7 +455,10 @@ class Workspace:
 
     # -- dashboard ---------------------------------------------------------------------------
     def hints(self) -> list[ExperienceEntry]:
-        """At most two experience entries for the active subgoal and the goal; cached."""
+        """At most two experience entries for the active subgoal and the goal; cached (none when
+        Experience is switched off)."""
+        if "experience" not in self.parts:
+            return []
         active = self.state.progress.active()
         goal = self.state.progress.goal
         query = f"{active.title} {goal}" if active else goal
@@ -380,6 +485,7 @@ class Workspace:
             budget=self.dashboard_tokens,
             mode=self.inject,
             token_counter=self.token_counter,
+            parts=self.parts,
         )
         if record:
             self.recorder.dashboard(DashboardSnapshot(step=self.state.step, text=text, tokens=tokens), (time.perf_counter() - started) * 1000)
@@ -405,9 +511,10 @@ class Workspace:
         if error is not None:
             message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
             value = inline(message, _OBSERVED_CHARS)
-            if key not in progress.exceptions:
-                self._drop_observed_exceptions(self.options.max_exceptions - 1)
-            progress.exceptions[key] = OpenException(id=key, message=value, source=tool, step=step)
+            if "progress" in self.parts:  # a part switched off is not filled
+                if key not in progress.exceptions:
+                    self._drop_observed_exceptions(self.options.max_exceptions - 1)
+                progress.exceptions[key] = OpenException(id=key, message=value, source=tool, step=step)
             fact = self._observe_fact(Fact(key=f"{key}:error", value=value, source=tool, step=step))
         else:
             value = inline(bounded_json(result, 4 * _OBSERVED_CHARS), _OBSERVED_CHARS)
@@ -419,6 +526,8 @@ class Workspace:
         return fact
 
     def _observe_fact(self, fact: Fact) -> Fact | None:
+        if "belief" not in self.parts:
+            return None
         facts = self.state.belief.facts
         if fact.key not in facts and len(facts) >= self.options.max_beliefs:
             self._evict_observed(len(facts) - self.options.max_beliefs + 1)
@@ -578,3 +687,79 @@ def _as_state(state: BPEState | dict[str, Any] | str) -> BPEState:
     if isinstance(state, dict):
         return BPEState.model_validate(state)
     raise UserError(f"state must be a BPEState, a dict or JSON text, not {type(state).__name__}")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _loaded(state: BPEState, options: WorkspaceOptions) -> BPEState:
+    """A copy of `state` (from outside) held to the bounds of a state made by the meta-actions."""
+    state = state.model_copy(deep=True)
+    progress, belief = state.progress, state.belief
+    goal = progress.goal.strip()
+    if not goal:
+        raise UserError("a loaded state needs a non-empty goal")
+    progress.goal = _cut(goal, MAX_GOAL_CHARS)
+    if len(progress.subgoals) > options.max_subgoals:
+        raise UserError(f"the loaded state has {len(progress.subgoals):,} subgoals; this workspace holds at most "
+                        f"{options.max_subgoals} (raise max_subgoals)")
+    subgoals: dict[str, Subgoal] = {}
+    for sub in progress.subgoals.values():
+        sid = subgoal_id(sub.id) or subgoal_id(sub.title)
+        if not sid or sid in subgoals:
+            raise UserError(f"the loaded state's subgoal ids must be distinct and contain letters or digits: "
+                            f"{inline(sub.id[:200], 60)!r}")
+        sub.id = sid
+        sub.title = _cut(sub.title.strip(), MAX_TITLE_CHARS) or sid
+        if sub.note is not None:
+            sub.note = _cut(sub.note, MAX_NOTE_CHARS)
+        subgoals[sid] = sub
+    progress.subgoals = subgoals
+    exceptions: dict[str, OpenException] = {}
+    for exc in progress.exceptions.values():
+        kind, _, name = exc.id.partition(":")
+        if kind == "subgoal":
+            sub = subgoals.get(subgoal_id(name))
+            if sub is None or sub.status not in ("failed", "blocked"):
+                continue  # commit keeps an exception only for a failed or blocked subgoal
+            exc.id = f"subgoal:{sub.id}"
+        elif kind == "tool":
+            exc.id = f"tool:{observed_tool_name(name)}"
+        else:
+            continue  # only commit and observe open exceptions
+        exc.message = _cut(exc.message, MAX_MESSAGE_CHARS)
+        exc.source = _cut(exc.source, MAX_SOURCE_CHARS)
+        exceptions[exc.id] = exc
+    progress.exceptions = exceptions
+    belief.facts = {f.key: f for f in map(_bounded_fact, belief.facts.values())}
+    belief.history_limit = min(belief.history_limit, MAX_HISTORY_LIMIT)
+    belief.history = [_bounded_fact(f) for f in belief.history[len(belief.history) - belief.history_limit:]] if belief.history_limit else []
+    # the caps, with the rule `observe` uses: the oldest observed facts and tool errors make room
+    tool_errors = sorted((e.step, k) for k, e in exceptions.items() if k.startswith("tool:"))
+    for _, key in tool_errors[: max(len(tool_errors) - options.max_exceptions, 0)]:
+        exceptions.pop(key)
+        belief.facts.pop(f"{key}:error", None)
+    facts = belief.facts
+    if len(facts) > options.max_beliefs:
+        observed = sorted((f.step, k) for k, f in facts.items() if k.startswith("tool:") and f.source != "agent")
+        for _, key in observed[: len(facts) - options.max_beliefs]:
+            facts.pop(key)
+            if key.endswith(":error"):
+                exceptions.pop(key[: -len(":error")], None)
+        if len(facts) > options.max_beliefs:
+            raise UserError(f"the loaded state has {len(facts):,} facts besides observations; this workspace holds at "
+                            f"most {options.max_beliefs} (raise max_beliefs)")
+    experience = state.experience
+    for name in ("recalled", "noted"):
+        ids = [i for i in dict.fromkeys(getattr(experience, name)) if 0 < len(i) <= MAX_ENTRY_ID_CHARS]
+        setattr(experience, name, ids[-MAX_EXPERIENCE_IDS:])
+    state.step = max(state.step, 0)
+    return state
+
+
+def _bounded_fact(fact: Fact) -> Fact:
+    if len(fact.key) > MAX_KEY_CHARS or len(fact.value) > MAX_VALUE_CHARS or len(fact.source) > MAX_SOURCE_CHARS:
+        return fact.model_copy(update={"key": _cut(fact.key, MAX_KEY_CHARS), "value": _cut(fact.value, MAX_VALUE_CHARS),
+                                       "source": _cut(fact.source, MAX_SOURCE_CHARS)})
+    return fact

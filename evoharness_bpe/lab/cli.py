@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from .. import __version__
 from ..exceptions import EvoHarnessError, UserError
 
-__all__ = ["build_parser", "main", "OneLineParser", "one_line_errors"]
+__all__ = ["build_parser", "main", "OneLineParser", "DefaultsHelpFormatter", "one_line_errors"]
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -80,7 +80,11 @@ def _run(args: argparse.Namespace) -> int:
         out=args.out, model=args.model, base_url=args.base_url, max_steps=args.max_steps, model_max_steps=model_steps,
         max_new_tokens=new_tokens, epsilon=args.epsilon,
         window=args.window, note=note, mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
-        store=args.store, api_key=args.api_key, games=args.game,
+        store=args.store, api_key=args.api_key, games=args.game, ablate=args.ablate or [],
+        charge_meta_actions=not args.free_meta_actions, max_meta_actions=args.max_meta_actions,
+        bank=args.bank, consolidate_every=args.consolidate_every, consolidator=args.consolidator,
+        teacher_url=args.teacher, teacher_model=args.teacher_model, max_per_kind=args.max_per_kind,
+        delete_veto=args.delete_veto, retries=args.retries,
     )
     try:
         data = run_suite(config)
@@ -95,7 +99,18 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{row['env']:<18} {row['policy']:<7} {row['harness']:<7} {row['framework']:<10} "
               f"success {row['success_rate']:.0%}  steps {row['mean_steps']:.1f}  "
               f"prompt tokens/step {row['mean_prompt_tokens_per_step']:.0f}")
+    if data["consolidation"]:
+        edits = {k: sum(w[k] for w in data["consolidation"]) for k in ("add", "update", "merge", "delete", "capacity", "vetoed")}
+        print(f"consolidation: {len(data['consolidation'])} windows; " + ", ".join(f"{k} {v}" for k, v in edits.items()))
     print(f"wrote {config.out / 'traces.jsonl'}, {config.out / 'metrics.json'} and {config.out / 'report.md'}")
+    failed = data["infrastructure_errors"]
+    for error in failed:
+        print(f"evoharness: {error['env']} {error['policy']} {error['harness']} {error['framework']} seed {error['seed']}: "
+              f"infrastructure error after {error['attempts']} attempt(s): {error['error']}", file=sys.stderr)
+    if failed:
+        print(f"evoharness: {len(failed)} episode(s) failed for infrastructure reasons and are not counted as task "
+              f"failures; run again with --out {config.out} --resume to retry them", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -240,6 +255,22 @@ def quiet_third_parties() -> None:
     warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"  # type: ignore[assignment]
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each option's default, only where there is one to show.
+
+    No ``(default: None)``, no ``(default: False)`` for a switch, and nothing added to a help text
+    that already names its default (``(default: $OPENAI_API_KEY)``, TRL's "Defaults to …").
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == [] or default is argparse.SUPPRESS
+                or "default" in text.lower() or action.option_strings == []):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line that points to ``--help`` (not the whole usage)."""
 
@@ -260,12 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="show third-party warnings and progress bars")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser("demo", help="play a short scripted episode and print its dashboards",
-                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                               formatter_class=DefaultsHelpFormatter)
     demo.add_argument("--out", default="evoharness-demo", help="folder for the trace and the experience store")
     demo.set_defaults(handler=_demo)
     run = commands.add_parser(
         "run", help="run episodes on built-in environments and write traces, metrics and a report",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
         epilog="The openai policy reads OPENAI_API_KEY when --api-key is not given, and OPENAI_TIMEOUT, OPENAI_MAX_TOKENS, "
         "EVOHARNESS_TOOL_CHOICE and EVOHARNESS_NULL_CONTENT (see the README). A run folder holds "
         "traces.jsonl, metrics.json, report.md with its plots, and experience.db (the run's own Experience store).",
@@ -283,7 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     folder = run.add_mutually_exclusive_group()
     folder.add_argument("--resume", action="store_true", help="continue the run in --out: keep and skip its finished episodes")
     folder.add_argument("--overwrite", action="store_true", help="replace the run in --out")
-    run.add_argument("--harness", nargs="+", choices=["none", "append", "bpe"], help="harness variants to compare")
+    run.add_argument("--harness", nargs="+", choices=["none", "append", "panels", "bpe"], help="harness variants to compare "
+                     "(panels: the dashboard kept up to date for the model, no meta-actions)")
+    run.add_argument("--ablate", nargs="+", metavar="PART", help="beside each full panels/bpe harness, a variant with PART "
+                     "switched off (belief, progress, experience; belief+progress for two): the ablation table")
+    run.add_argument("--free-meta-actions", action="store_true", help="meta-action-only model calls spend no step "
+                     "(default: every model call spends one, as in the reference)")
+    run.add_argument("--max-meta-actions", type=int, help="meta-action calls per episode; later ones are refused")
     run.add_argument("--framework", nargs="+", help="core or an installed integration (langgraph, llamaindex)")
     run.add_argument("--episodes", type=_positive, default=1, help="episodes per combination")
     run.add_argument("--seed", type=int, default=0, help="first seed")
@@ -291,20 +328,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=_positive, help="model calls per episode (default: the environment's budget)")
     run.add_argument("--epsilon", type=fraction_below_one, default=0.1, help="mistake rate of the noisy expert, in [0, 1)")
     run.add_argument("--window", type=_at_least(2), default=12, help="recent messages kept by append and bpe")
+    run.add_argument("--bank", choices=["live", "frozen", "evolving"], default="live",
+                     help="the Experience store: written as episodes run (live), only read (frozen), or evolved by "
+                     "each combination from a copy in windows of --consolidate-every episodes (evolving)")
+    run.add_argument("--consolidate-every", type=_positive, default=5, help="episodes per window of an evolving bank")
+    run.add_argument("--consolidator", choices=["rules", "model"], default="rules",
+                     help="who turns a window's notes into edits of an evolving bank (model: a teacher at --teacher)")
+    run.add_argument("--teacher", help="OpenAI-compatible endpoint of the model consolidator (…/v1)")
+    run.add_argument("--teacher-model", default="teacher", help="model name sent to the model consolidator")
+    run.add_argument("--max-per-kind", type=_positive, default=80, help="entries an evolving bank holds per kind at most")
+    run.add_argument("--delete-veto", type=_positive, default=3, help="an entry recalled this many times cannot be deleted")
+    run.add_argument("--retries", type=_at_least(0), default=2,
+                     help="retries of an episode whose model server failed (5xx, timeout); then it is reported apart")
     run.add_argument("--out", default="evoharness-run", help="output folder")
     run.set_defaults(handler=_run)
-    report = commands.add_parser("report", help="redraw report.md and its plots from a run folder")
+    report = commands.add_parser("report", help="redraw report.md and its plots from a run folder",
+                                 formatter_class=DefaultsHelpFormatter)
     report.add_argument("dir", help="a folder written by `evoharness run`")
     report.set_defaults(handler=_report)
     view = commands.add_parser("view", help="write one self-contained HTML page that steps through an episode",
-                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                               formatter_class=DefaultsHelpFormatter)
     view.add_argument("traces", help="a traces.jsonl file")
     view.add_argument("--episode", type=int, default=0, help="which episode (0 is the first, -1 the last)")
     view.add_argument("--out", help="the HTML file to write (default: episode-N.html beside the traces)")
     view.set_defaults(handler=_view)
     consolidate = commands.add_parser(
         "consolidate", help="ask a teacher model to consolidate the notes of finished episodes; write an SFT dataset",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
         epilog="Each finished pair is appended to OUT/consolidation.jsonl at once (TRL prompt-completion); a failed "
         "request is retried with backoff, and --resume continues a stopped or killed batch without repeating a pair.",
     )

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..harness import Harness
+from ..actions import PARTS, Part, check_parts
+from ..exceptions import UserError
+from ..harness import PART_HARNESSES, Harness, StepBudget
 
 if TYPE_CHECKING:
     from ..stores.base import ExperienceStore
@@ -38,7 +40,8 @@ class EpisodeConfig(BaseModel):
     harness: Harness = Field(
         default="bpe",
         description="none: ReAct with the full history; append: every note and observation kept in "
-        "the prompt; bpe: dashboard + meta-actions with a recent window only.",
+        "the prompt; panels: the dashboard kept up to date from the environment's results, no "
+        "meta-actions; bpe: dashboard + meta-actions with a recent window only.",
     )
     seed: int = Field(default=0, description="Environment seed.")
     max_steps: int = Field(default=200, ge=1, description="Model calls before the episode is cut.")
@@ -47,6 +50,46 @@ class EpisodeConfig(BaseModel):
     dashboard_tokens: int = Field(default=600, ge=80, description="Dashboard token budget.")
     system_prompt: str | None = Field(default=None, description="Overrides the built-in system prompt.")
     spec_style: str = Field(default="full", description="How tool specs are written: full (default) or compact.")
+    parts: tuple[Part, ...] = Field(
+        default=PARTS,
+        description="Workspace parts switched on (panels and bpe): a part left out is missing from the prompt, the "
+        "dashboard and the tools, and its meta-actions are refused (an ablation).",
+    )
+    charge_meta_actions: bool = Field(
+        default=True,
+        description="A model call spends one of max_steps whatever it calls (meta-actions included). False: a call of "
+        "meta-actions only is free, up to max_steps + (max_meta_actions or max_steps) calls in all.",
+    )
+    max_meta_actions: int | None = Field(
+        default=None, ge=0, description="Meta-action calls an episode may make; later ones are refused. None: no cap."
+    )
+    observations_in_belief: bool = Field(
+        default=True,
+        description="bpe and panels: copy each environment result into Belief (fact tool:NAME:last, cut to 300 "
+        "characters) although it also stays whole in the recent window. False: a result is in the window only, "
+        "which saves its Belief copy in every later prompt; an error still opens an exception. Only the core "
+        "runner offers False.",
+    )
+
+    @field_validator("parts", mode="before")
+    @classmethod
+    def _known_parts(cls, value: object) -> tuple[str, ...]:
+        return check_parts(value)  # type: ignore[arg-type]
+
+    @model_validator(mode="after")
+    def _parts_fit_harness(self) -> EpisodeConfig:
+        if self.parts != PARTS and self.harness not in PART_HARNESSES:
+            raise UserError(f"part switches apply to the {' and '.join(PART_HARNESSES)} harnesses, not {self.harness!r}")
+        return self
+
+    def budget(self) -> StepBudget:
+        """A fresh `StepBudget` for one episode under these options."""
+        return StepBudget(self.max_steps, charge=self.charge_meta_actions, max_meta_actions=self.max_meta_actions)
+
+    def harness_metadata(self) -> dict[str, object]:
+        """The harness options a trace records beside the harness name."""
+        return {"parts": list(self.parts), "charge_meta_actions": self.charge_meta_actions,
+                "max_meta_actions": self.max_meta_actions, "observations_in_belief": self.observations_in_belief}
 
 
 class FrameworkRunner(Protocol):

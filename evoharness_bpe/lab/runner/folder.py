@@ -72,9 +72,13 @@ def prepare_folder(out: Path, mode: FolderMode, plots: Iterable[str] = ()) -> No
 
 
 def episode_key(trace: Trace) -> tuple[object, ...]:
-    """What identifies an episode of a run: environment, policy, harness, framework, seed."""
+    """What identifies an episode of a run: environment, policy, harness (with its ablation),
+    framework, seed."""
+    from .metrics import trace_parts, variant  # noqa: PLC0415 - metrics imports nothing of this module
+
     m = trace.metadata
-    return (trace.env, m.get("policy"), trace.harness, trace.framework, m.get("seed"), m.get("difficulty"))
+    harness = variant(trace.harness, trace_parts(trace))
+    return (trace.env, m.get("policy"), harness, trace.framework, m.get("seed"), m.get("difficulty"))
 
 
 def finished_episodes(out: Path) -> list[Trace]:

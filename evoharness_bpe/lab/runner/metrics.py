@@ -7,12 +7,27 @@ from collections import Counter
 from typing import Any
 
 from ...trace import Trace
-from ...harness import META_ACTIONS, approx_prompt_tokens
+from ...actions import PARTS
+from ...harness import META_ACTIONS, approx_prompt_tokens, parts_label
 
-__all__ = ["episode_metrics", "summarize", "HARNESS_ORDER"]
+__all__ = ["episode_metrics", "summarize", "HARNESS_ORDER", "ABLATIONS", "trace_parts", "variant"]
 
-HARNESS_ORDER = ("none", "append", "bpe")
+HARNESS_ORDER = ("none", "append", "panels", "bpe")
 """The order harnesses appear in tables and plots."""
+ABLATIONS = ("full", "-belief", "-progress", "-experience")
+"""The reference's ablation table: every part, then each part switched off alone."""
+
+
+def trace_parts(trace: Trace) -> tuple[str, ...]:
+    """The parts an episode ran with (a trace without the record ran with all three)."""
+    parts = trace.metadata.get("parts")
+    return tuple(p for p in PARTS if p in parts) if isinstance(parts, list) else PARTS
+
+
+def variant(harness: str, parts: tuple[str, ...]) -> str:
+    """The name tables give a harness with its ablation: ``bpe``, ``bpe-belief``, ``panels-experience``."""
+    label = parts_label(parts)
+    return harness if label == "full" else f"{harness}{label}"
 
 
 def _meta_per_call(trace: Trace) -> list[int]:
@@ -42,7 +57,11 @@ def episode_metrics(trace: Trace, *, policy: str | None = None) -> dict[str, Any
     return {
         "episode_id": trace.episode_id,
         "env": trace.env,
-        "harness": trace.harness,
+        "harness": variant(trace.harness, trace_parts(trace)),
+        "base_harness": trace.harness,
+        "ablation": parts_label(trace_parts(trace)),
+        "charge_meta_actions": trace.metadata.get("charge_meta_actions", True),
+        "max_meta_actions": trace.metadata.get("max_meta_actions"),
         "framework": trace.framework,
         "policy": policy or trace.metadata.get("policy"),
         "seed": trace.metadata.get("seed"),
@@ -85,5 +104,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _rank(harness: str) -> int:
-    return HARNESS_ORDER.index(harness) if harness in HARNESS_ORDER else len(HARNESS_ORDER)
+def _rank(harness: str) -> tuple[int, int]:
+    base, _, ablated = harness.partition("-")
+    order = ABLATIONS.index(f"-{ablated}") if f"-{ablated}" in ABLATIONS else len(ABLATIONS)
+    return (HARNESS_ORDER.index(base) if base in HARNESS_ORDER else len(HARNESS_ORDER), 0 if not ablated else order)

@@ -13,21 +13,28 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..envs import make_env
+from ...actions import PARTS
 from ...exceptions import StoreError, UserError
+from ...harness import HARNESSES, PART_HARNESSES
 from ..frameworks import EpisodeConfig
 from ..registry import load_framework
 from ..policy import ChatMessage, Policy
 from ...stores.base import ExperienceStore
 from ...trace import Trace, TraceWriter
 from .folder import FolderMode, check_resume, checkpoint_store, episode_key, finished_episodes, prepare_folder, restore_store
+from .bank import BANK_MODES, EVOLVED_BANK, BankMode, RunBank
+from .consolidation_report import CONSOLIDATION_PLOT
+from .failures import failure_record, is_infrastructure_error
+from .fingerprint import episode_fingerprint, policy_identity
 from .interrupts import Interrupts, RunInterrupted
-from .metrics import episode_metrics, summarize
+from .metrics import episode_metrics, summarize, variant
 from .report import PLOTS, write_report
 
 __all__ = ["RunConfig", "run_suite", "POLICIES", "make_policy", "open_store", "RunInterrupted"]
@@ -41,7 +48,7 @@ class RunConfig:
 
     envs: list[str] = field(default_factory=lambda: ["crm-migration"], metadata={"help": "environments"})
     policies: list[str] = field(default_factory=lambda: ["expert"], metadata={"help": "expert, noisy, local or openai"})
-    harnesses: list[str] = field(default_factory=lambda: ["none", "append", "bpe"], metadata={"help": "none, append, bpe"})
+    harnesses: list[str] = field(default_factory=lambda: ["none", "append", "bpe"], metadata={"help": "none, append, panels, bpe"})
     frameworks: list[str] = field(default_factory=lambda: ["core"], metadata={"help": "core or an installed integration"})
     episodes: int = field(default=1, metadata={"help": "episodes per combination (seeds seed, seed+1, …)"})
     seed: int = field(default=0, metadata={"help": "first environment seed"})
@@ -59,14 +66,54 @@ class RunConfig:
     store: str | None = field(default=None, metadata={"help": "Experience store: SQLite path or PostgreSQL DSN (default: OUT/experience.db)"})
     api_key: str | None = field(default=None, metadata={"help": "API key of the openai policy (default: $OPENAI_API_KEY)"})
     games: list[str] | None = field(default=None, metadata={"help": "TextWorld game files (textworld)"})
+    observations_in_belief: bool = field(default=True, metadata={
+        "help": "bpe and panels: also copy each environment result into Belief while it is whole in the recent window "
+                "(EpisodeConfig.observations_in_belief)"})
+    ablate: list[str] = field(default_factory=list, metadata={
+        "help": "parts to switch off, one variant each, beside the full harness (panels and bpe): belief, progress, "
+        "experience, or several joined by + (belief+progress)"})
+    charge_meta_actions: bool = field(default=True, metadata={
+        "help": "a meta-action spends a step as an environment action does (False: meta-action-only calls are free)"})
+    max_meta_actions: int | None = field(default=None, metadata={"help": "meta-action calls per episode (None: no cap)"})
+
+    def variants(self, harness: str) -> list[tuple[str, ...]]:
+        """The part sets `harness` runs with: all three, then each ablation (panels and bpe only)."""
+        out = [PARTS]
+        if harness in PART_HARNESSES:
+            for spec in self.ablate:
+                off = set(spec.split("+"))
+                parts = tuple(p for p in PARTS if p not in off)
+                if parts not in out:
+                    out.append(parts)
+        return out
+
+    bank: BankMode = field(default="live", metadata={
+        "help": "live (episodes write the store as they run), frozen (they only read it) or evolving (each "
+                "combination evolves a private copy of it in windows of --consolidate-every episodes)"})
+    consolidate_every: int = field(default=5, metadata={"help": "episodes per window of an evolving bank"})
+    consolidator: str = field(default="rules", metadata={"help": "who consolidates an evolving bank: rules or model"})
+    teacher_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint of the model consolidator"})
+    teacher_model: str = field(default="teacher", metadata={"help": "model name sent to the model consolidator"})
+    max_per_kind: int = field(default=80, metadata={"help": "entries an evolving bank may hold per kind"})
+    delete_veto: int = field(default=3, metadata={"help": "an entry recalled this many times cannot be deleted"})
+    retries: int = field(default=2, metadata={"help": "retries of an episode whose model server failed (5xx, timeout)"})
+    retry_backoff: float = field(default=2.0, metadata={"help": "seconds before the first retry (doubling)"})
 
     def __post_init__(self) -> None:
         for p in self.policies:
             if p not in POLICIES:
                 raise UserError(f"unknown policy {p!r}; choose from {', '.join(POLICIES)}")
         for h in self.harnesses:
-            if h not in ("none", "append", "bpe"):
-                raise UserError(f"unknown harness {h!r}; choose from none, append, bpe")
+            if h not in HARNESSES:
+                raise UserError(f"unknown harness {h!r}; choose from {', '.join(HARNESSES)}")
+        for spec in self.ablate:
+            unknown = sorted(set(spec.split("+")) - set(PARTS))
+            if unknown:
+                raise UserError(f"--ablate {spec}: unknown part {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+        if self.ablate and not set(self.harnesses) & set(PART_HARNESSES):
+            raise UserError(f"--ablate switches parts of the {' and '.join(PART_HARNESSES)} harnesses off: add --harness bpe")
+        if self.max_meta_actions is not None and self.max_meta_actions < 0:
+            raise UserError("--max-meta-actions must be 0 or more")
         if self.episodes < 1:
             raise UserError("--episodes must be at least 1")
         if not 0.0 <= self.epsilon < 1.0:
@@ -76,6 +123,18 @@ class RunConfig:
         if "openai" in self.policies and not self.model:
             raise UserError("the openai policy needs --model NAME (and --base-url for the endpoint)")
         self.out = Path(self.out)
+        if self.bank not in BANK_MODES:
+            raise UserError(f"--bank must be {', '.join(BANK_MODES)}, not {self.bank!r}")
+        if self.bank == "evolving" and self.mode == "resume":
+            raise UserError("an evolving run cannot be resumed: its bank depends on every episode before; run it again "
+                            "with --overwrite (it starts from its seed bank)")
+        if self.consolidator not in ("rules", "model"):
+            raise UserError(f"--consolidator must be rules or model, not {self.consolidator!r}")
+        if self.teacher_url and not self.teacher_url.startswith(("http://", "https://")):
+            raise UserError(f"--teacher must start with http:// or https://, got {self.teacher_url!r}")
+        if min(self.consolidate_every, self.max_per_kind, self.delete_veto) < 1 or self.retries < 0 or self.retry_backoff < 0:
+            raise UserError("--consolidate-every, --max-per-kind and --delete-veto must be at least 1, --retries and "
+                            "--retry-backoff not negative")
 
 
 class _Counted:
@@ -163,9 +222,22 @@ class _Progress:
         self.rich.start()
         self.all = self.rich.add_task("episodes", total=total)
 
-    def start(self, label: str, budget: int) -> Callable[[], None]:
+    def start(self, label: str, budget: int, *, calls: bool = False) -> Callable[[], None]:
+        """Begin an episode; the returned function is called after each model call.
+
+        With `calls` (a model-backed policy, whose calls take seconds each) plain output also
+        prints a line per model call: the model calls so far and the time the episode has taken.
+        """
         if self.rich is None:
-            return lambda: None
+            if not calls:
+                return lambda: None
+            started, done = time.monotonic(), [0]
+
+            def line() -> None:
+                done[0] += 1
+                print(f"{label}: model call {done[0]} of at most {budget} ({time.monotonic() - started:.0f} s)", flush=True)
+
+            return line
         self.current = self.rich.add_task(label, total=budget)
         return lambda: self.rich.advance(self.current)  # type: ignore[union-attr]
 
@@ -190,8 +262,15 @@ class _Progress:
             self.rich.stop()
 
 
-def run_suite(config: RunConfig) -> dict[str, Any]:
+def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
     """Run every combination; write traces, metrics and the report; return the metrics.
+
+    Each finished episode carries a fingerprint (`fingerprint.episode_fingerprint`); a resumed
+    run skips the episodes whose fingerprint a finished one has and reruns the others. An episode
+    whose model server failed (`failures.is_infrastructure_error`) is retried `config.retries`
+    times, then reported under ``infrastructure_errors``, not as a task failure. `teacher`
+    (anything `as_teacher` takes) is the model consolidator of an evolving bank; by default one
+    is built from ``config.teacher_url`` when ``config.consolidator`` is ``model``.
 
     Raises `RunInterrupted` after writing metrics and the report of the finished episodes when
     SIGINT or SIGTERM arrives.
@@ -203,40 +282,81 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
         done = finished_episodes(out)
         check_resume(out, {"envs": config.envs, "policies": config.policies, "harnesses": config.harnesses,
                            "frameworks": config.frameworks, "difficulty": config.difficulty}, done)
-    prepare_folder(out, config.mode, PLOTS)
-    finished = {episode_key(t) for t in done}
+    prepare_folder(out, config.mode, (*PLOTS, CONSOLIDATION_PLOT, EVOLVED_BANK))
     own_store = config.store is None
     if own_store and config.mode == "resume":
         restore_store(out)  # drop what an interrupted episode wrote
-    combos = [(e, p, h, f) for e in config.envs for p in config.policies for h in config.harnesses for f in config.frameworks]
+    combos = [(e, p, h, parts, f) for e in config.envs for p in config.policies for h in config.harnesses
+              for parts in config.variants(h) for f in config.frameworks]
     total = len(combos) * config.episodes
     cache: dict[str, Policy] = {}
-    rows: list[dict[str, Any]] = [episode_metrics(t) for t in done]
+    rows: list[dict[str, Any]] = []
+    stamps = {str(t.metadata["fingerprint"]) for t in done if t.metadata.get("fingerprint")}
+    superseded: set[str] = set()  # finished episodes rerun because what their policy saw changed
+    infrastructure: list[dict[str, Any]] = []
+    identities = {kind: policy_identity(kind, config) for kind in config.policies}
     skipped: list[str] = []
     envs: dict[str, Any] = {}
     interrupted: RunInterrupted | None = None
     store = open_store(config.store, out)
+    bank = _run_bank(config, store, teacher)
     progress = _Progress(total)
     try:
         with Interrupts() as interrupts, TraceWriter(out / "traces.jsonl") as writer:
-            for env_name, kind, harness, framework in combos:
+            for env_name, kind, harness, parts, framework in combos:
+                name = variant(harness, parts)
                 env = envs.get(env_name) or envs.setdefault(env_name, _make_env(env_name, config))
                 budget = int(getattr(env, "step_budget", 200))
                 max_steps = config.max_steps or (budget if kind in ("expert", "noisy") else min(budget, config.model_max_steps))
+                combo = (env_name, kind, name, framework)
+                namespace = ("evoharness", env_name, kind)
                 for episode in range(config.episodes):
                     seed = config.seed + episode
-                    if (env_name, kind, harness, framework, seed, config.difficulty) in finished:
-                        continue
-                    label = f"{env_name} {kind} {harness} {framework} seed {seed}"
-                    policy = _Counted(make_policy(kind, env, config, cache, seed), progress.start(label, max_steps))
                     episode_config = EpisodeConfig(harness=harness, seed=seed, max_steps=max_steps, window=config.window,  # type: ignore[arg-type]
-                                                   namespace=("evoharness", env_name, kind))
-                    try:
-                        trace = runners[framework](env, policy, store, episode_config)
-                    except UserError as exc:  # e.g. a framework without this harness: skip the combination
-                        skipped.append(f"{env_name} / {kind} / {harness} / {framework}: {exc}")
-                        progress.skip(label, str(exc))
+                                                   namespace=namespace,
+                                                   observations_in_belief=config.observations_in_belief, parts=parts,
+                                                   charge_meta_actions=config.charge_meta_actions,
+                                                   max_meta_actions=config.max_meta_actions)
+                    stamp = episode_fingerprint(env=env, env_name=env_name, difficulty=config.difficulty, framework=framework,
+                                                policy=identities[kind], episode=episode_config, bank=config.bank,
+                                                bank_hash=bank.bank_hash(combo, namespace),
+                                                games=config.games if env_name == "textworld" else None)
+                    if stamp in stamps:
+                        continue
+                    label = f"{env_name} {kind} {name} {framework} seed {seed}"
+                    tick = progress.start(label, max_steps, calls=kind in ("local", "openai"))
+                    last = episode == config.episodes - 1
+                    for attempt in range(1, config.retries + 2):
+                        policy = _Counted(make_policy(kind, env, config, cache, seed), tick)
+                        try:
+                            trace = runners[framework](env, policy, bank.episode_store(combo, namespace), episode_config)
+                            break
+                        except UserError as exc:  # e.g. a framework without this harness: skip the combination
+                            trace = exc  # type: ignore[assignment]
+                            break
+                        except Exception as exc:
+                            if not is_infrastructure_error(exc):
+                                raise
+                            trace = exc  # type: ignore[assignment]
+                            if bank.mode == "live" and own_store:  # drop what the failed attempt wrote
+                                store.close()
+                                restore_store(out)
+                                store = bank.store = open_store(config.store, out)
+                            if attempt <= config.retries:
+                                time.sleep(config.retry_backoff * 2 ** (attempt - 1))
+                    if isinstance(trace, UserError):
+                        skipped.append(f"{env_name} / {kind} / {name} / {framework}: {trace}")
+                        progress.skip(label, str(trace))
                         break
+                    if isinstance(trace, BaseException):  # the model server failed on every attempt
+                        infrastructure.append(failure_record(combo, seed, attempt, trace))
+                        progress.skip(label, f"infrastructure error after {attempt} attempt(s): {str(trace)[:120]}")
+                        bank.episode_done(combo, namespace, None, last=last)
+                        continue
+                    trace.metadata["fingerprint"] = stamp
+                    trace.metadata["bank"] = config.bank
+                    if attempt > 1:
+                        trace.metadata["attempts"] = attempt
                     trace.metadata.setdefault("seed", seed)
                     trace.metadata.setdefault("difficulty", config.difficulty)
                     trace.metadata["policy"] = kind
@@ -246,11 +366,15 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
                         if own_store:
                             checkpoint_store(out)
                         rows.append(row)
+                        superseded.update(t.episode_id for t in done if episode_key(t) == episode_key(trace)
+                                          and t.metadata.get("fingerprint") != stamp)
                     progress.end(label, row)
+                    bank.episode_done(combo, namespace, trace, last=last)
     except RunInterrupted as exc:
         interrupted = exc
     finally:
         progress.close()
+        bank.close()
         store.close()
         for env in envs.values():
             close = getattr(env, "close", None)
@@ -259,15 +383,36 @@ def run_suite(config: RunConfig) -> dict[str, Any]:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items() if k != "api_key"}
     if settings.get("store"):
         settings["store"] = hide_password(settings["store"])  # metrics.json is shared; a DSN's password is not
+    bank.write(out)
+    rows = [episode_metrics(t) for t in done if t.episode_id not in superseded] + rows
     data = {"config": settings,
             "note": config.note, "skipped": skipped, "summary": summarize(rows), "episodes": rows,
-            "finished": len(rows), "planned": total}
+            "finished": len(rows), "planned": total, "infrastructure_errors": infrastructure,
+            "consolidation": bank.windows}
     (out / "metrics.json").write_text(json.dumps(data, indent=1), "utf-8")
     write_report(out)
     if interrupted is not None:
         interrupted.finished, interrupted.planned = len(rows), total  # type: ignore[attr-defined]
         raise interrupted
     return data
+
+
+def _run_bank(config: RunConfig, store: ExperienceStore, teacher: Any) -> RunBank:
+    """The run's `RunBank`, with the consolidator an evolving bank uses."""
+    from ...consolidator.window import BankLimits, ModelWindowConsolidator, RuleConsolidator  # noqa: PLC0415
+
+    consolidator: Any = RuleConsolidator()
+    if config.bank == "evolving" and (config.consolidator == "model" or teacher is not None):
+        if teacher is None:
+            from ...consolidator.teachers import OpenAITeacher  # noqa: PLC0415
+
+            if not config.teacher_url:
+                raise UserError("--consolidator model needs --teacher URL (an OpenAI-compatible endpoint, …/v1)")
+
+            teacher = OpenAITeacher(config.teacher_model, config.teacher_url, api_key=config.api_key)
+        consolidator = ModelWindowConsolidator(teacher)
+    return RunBank(config.bank, store, consolidate_every=config.consolidate_every, consolidator=consolidator,
+                   limits=BankLimits(config.max_per_kind, config.delete_veto))
 
 
 def _make_env(name: str, config: RunConfig) -> Any:
