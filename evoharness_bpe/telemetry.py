@@ -17,8 +17,9 @@ and the MCP server, which drive it) emits:
   ``delete_memory`` spans; the model consolidator's edits get their own spans.
 - an ``evoharness.dashboard`` event with its token count each time a dashboard is rendered.
 
-A span nests under the caller's current span (an OpenInference LangChain or LlamaIndex span,
-say) and otherwise under the run's ``invoke_agent``. Message and memory content (arguments,
+A span nests under the caller's current span (an OpenInference LlamaIndex span, say), or the
+span a host framework's registered source names (`add_span_source`: the LangGraph integration's
+finds OpenInference's LangChain spans), and otherwise under the run's ``invoke_agent``. Message and memory content (arguments,
 results, queries, records, dashboard text) is recorded only when
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is true, and passes `redact` first.
 
@@ -36,7 +37,7 @@ import re
 import sys
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "capture_content",
     "redact",
     "tracer",
+    "add_span_source",
     "ledger_attributes",
     "OPERATION",
     "MEMORY_STORE_ID",
@@ -152,6 +154,33 @@ def tracer() -> Any:
     return made
 
 
+# -- where a span starts -----------------------------------------------------------------------
+_sources: list[Callable[[bool], Any]] = []
+
+
+def add_span_source(source: Callable[[bool], Any]) -> None:
+    """Register how to find a host framework's span when OpenTelemetry's context has none.
+
+    `source(root)` returns the framework's current span (``root=False``: where a meta-action or
+    a tool runs) or the span of its whole run (``root=True``: the ``invoke_agent`` parent), or
+    None. An integration whose framework keeps spans outside the OTel context (OpenInference's
+    LangChain tracer does) registers one; a source that raises is skipped.
+    """
+    if source not in _sources:
+        _sources.append(source)
+
+
+def _host_span(root: bool) -> Any:
+    for source in _sources:
+        try:
+            span = source(root)
+        except Exception:  # a host's lookup must not break the run it observes
+            continue
+        if span is not None and span.get_span_context().is_valid:
+            return span
+    return None
+
+
 # -- the run span ---------------------------------------------------------------------------
 _runs: weakref.WeakKeyDictionary[EpisodeRecorder, Any] = weakref.WeakKeyDictionary()
 
@@ -164,7 +193,9 @@ def _run_span(t: Any, ws: Workspace) -> Any:
         attributes = {OPERATION: "invoke_agent", AGENT_NAME: "evoharness", "evoharness.namespace": list(ws.namespace)}
         if capture_content():
             attributes["evoharness.task"] = redact(ws.state.progress.goal)
-        span = t.start_span("invoke_agent evoharness", kind=trace.SpanKind.INTERNAL, attributes=attributes)
+        host = None if trace.get_current_span().get_span_context().is_valid else _host_span(True)
+        span = t.start_span("invoke_agent evoharness", context=trace.set_span_in_context(host) if host is not None else None,
+                            kind=trace.SpanKind.INTERNAL, attributes=attributes)
         _runs[ws.recorder] = span
     return span
 
@@ -175,7 +206,8 @@ def _parent(t: Any, ws: Workspace) -> Any:
     if trace.get_current_span().get_span_context().is_valid:
         _run_span(t, ws)  # the run is still counted from its first event
         return None
-    return trace.set_span_in_context(_run_span(t, ws))
+    run = _run_span(t, ws)
+    return trace.set_span_in_context(_host_span(False) or run)
 
 
 def start(ws: Workspace) -> None:

@@ -42,6 +42,7 @@ from evoharness_bpe.workspace import observed_tool_name
 from evoharness_bpe.trace import DashboardSnapshot, MetaActionEvent
 
 from .channel import BPE_KEY, RUN_KEY, Op, delta_update
+from . import telemetry as _telemetry  # noqa: F401 - registers the OpenInference span source
 
 __all__ = ["WorkspaceAdapter", "EpisodeLog", "NamespaceSpec", "goal_from_messages"]
 
