@@ -53,6 +53,7 @@ __all__ = [
     "redact",
     "tracer",
     "add_span_source",
+    "configure_from_env",
     "ledger_attributes",
     "OPERATION",
     "MEMORY_STORE_ID",
@@ -152,6 +153,38 @@ def tracer() -> Any:
     made = provider.get_tracer(SCOPE, __version__)
     _cached = (provider, made)
     return made
+
+
+def configure_from_env(service: str = "evoharness") -> Callable[[], None] | None:
+    """Set a global tracer provider exporting over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_*ENDPOINT`` asks.
+
+    For servers the project starts itself (``evoharness mcp``): with
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, no provider set
+    yet and ``OTEL_SDK_DISABLED`` not true, spans go to that endpoint in batches (headers from
+    ``OTEL_EXPORTER_OTLP_HEADERS``; ``OTEL_SERVICE_NAME`` overrides `service`). Returns the
+    function that flushes and shuts the provider down, or None when nothing was set up.
+    """
+    if not (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")):
+        return None
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        from .exceptions import UserError
+
+        raise UserError("OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed: "
+                        "pip install 'evoharness-bpe[otel]' (or unset the variable)") from None
+    if tracer() is not None:
+        return None  # the host configured its own
+    provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return provider.shutdown
 
 
 # -- where a span starts -----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evoharness_bpe import TraceWriter
+from evoharness_bpe import TraceWriter, telemetry
 from evoharness_bpe.exceptions import EvoHarnessError, UserError
 from evoharness_bpe.stores.base import ExperienceStore, Namespace, validate_namespace
 
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     tenants = TenantMap.load(args.tenants, header=args.tenant_header) if args.tenants else None
     settings = SessionSettings(store=store, default_goal=args.goal, dashboard_tokens=args.dashboard_tokens, traces=traces)
     bpe = BPEServer(settings, namespace=parse_namespace(args.namespace), tenants=tenants)
+    stop_tracing = telemetry.configure_from_env("evoharness-mcp")  # spans over OTLP when OTEL_EXPORTER_OTLP_* asks
     try:
         if args.transport == "stdio":
             asyncio.run(serve_stdio(bpe))
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        if stop_tracing is not None:
+            stop_tracing()
         if traces is not None:
             traces.close()
         store.close()
