@@ -76,6 +76,11 @@ class BPEMiddleware(AgentMiddleware):
         consolidator: a `ModelConsolidator`: each run's notes go to its teacher in the
             background when the run ends (and every ``every_notes`` notes), without delaying
             the answer; share one across agents and close it at shutdown.
+        meta_actions: False offers no meta-action tools: the dashboard alone, kept up to date
+            from the agent's own tools (the ``panels`` harness).
+        workspace_options: the rest of `WorkspaceOptions`, e.g. ``parts=("belief", "progress")``
+            (an ablation: Experience's ``recall`` and ``note`` are not offered, are refused if
+            called anyway, and its hints leave the dashboard) or ``max_meta_actions=6``.
     """
 
     state_schema = BPEAgentState
@@ -93,6 +98,7 @@ class BPEMiddleware(AgentMiddleware):
         success: SuccessJudge = default_success,
         finish_in_background: bool = False,
         consolidator: ModelConsolidator | None = None,
+        meta_actions: bool = True,
         **workspace_options: Any,
     ) -> None:
         super().__init__()
@@ -111,7 +117,7 @@ class BPEMiddleware(AgentMiddleware):
         )
         self.window = window
         self.success = success
-        self.tools = meta_action_tools(self.adapter)
+        self.tools = meta_action_tools(self.adapter) if meta_actions else []
 
     # -- run boundaries ----------------------------------------------------------------------
     def before_agent(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:

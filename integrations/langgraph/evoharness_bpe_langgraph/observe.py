@@ -44,10 +44,22 @@ def _failed(adapter: WorkspaceAdapter, request: Any, exc: Exception) -> None:
     adapter.observe(state, request.runtime, request.tool_call["name"], error=f"{type(exc).__name__}: {exc}")
 
 
+def _switched_off(adapter: WorkspaceAdapter, request: Any) -> ToolMessage | None:
+    """The workspace's refusal of a meta-action whose part is switched off (not offered as a
+    tool), so the model reads the same error as in every loop; None for any other call."""
+    name = request.tool_call["name"]
+    if name not in META_ACTION_NAMES or name in adapter.options.meta_actions or getattr(request, "tool", None) is not None:
+        return None
+    state = request.state if isinstance(request.state, dict) else {}
+    call_id = request.tool_call.get("id") or ""
+    _, content, _ = adapter.act(state, request.runtime, name, request.tool_call.get("args") or {}, call_id)
+    return ToolMessage(content, tool_call_id=call_id, name=name, status="error")
+
+
 def observe_tool_call(adapter: WorkspaceAdapter, request: Any, handler: Callable[[Any], ToolResult]) -> ToolResult:
     """Run the tool call through `handler` and observe what it returned or raised."""
     if request.tool_call["name"] in META_ACTION_NAMES:
-        return handler(request)
+        return _switched_off(adapter, request) or handler(request)
     try:
         result = handler(request)
     except GraphBubbleUp:
@@ -63,7 +75,7 @@ async def aobserve_tool_call(
 ) -> ToolResult:
     """`observe_tool_call` for async handlers."""
     if request.tool_call["name"] in META_ACTION_NAMES:
-        return await handler(request)
+        return _switched_off(adapter, request) or await handler(request)
     try:
         result = await handler(request)
     except GraphBubbleUp:

@@ -3,7 +3,8 @@
 Registered as ``langgraph`` in the ``evoharness.frameworks`` entry-point group; see
 `evoharness_bpe.lab.frameworks` for the contract. The environment's tools become LangChain tools
 (`env.step` behind each), the policy becomes a `PolicyChatModel`, and the harness is
-`BPEMiddleware` (``bpe``) or nothing (``none``).
+`BPEMiddleware` (``bpe``; ``panels``: without its meta-action tools) or nothing (``none``).
+The step budget is `EpisodeConfig.budget`, spent as the core loop spends it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.harness import META_ACTIONS, EpisodeCounters, episode_tools, instructions
+from evoharness_bpe.harness import META_ACTIONS, EpisodeCounters, StepBudget, episode_tools, instructions
 from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policy import Policy
@@ -35,8 +36,9 @@ _GRAPH_STEPS_PER_CALL = 16
 class _Episode:
     """The episode's counters and whether the environment is done."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: StepBudget | None = None) -> None:
         self.counters = EpisodeCounters()
+        self.budget = budget or StepBudget(1_000_000)
         self.done = False
 
 
@@ -92,7 +94,8 @@ class _EpisodeGuard(AgentMiddleware):
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
-        return {"jump_to": "end"} if self.episode.done else None
+        spent = self.episode.budget.calls > 0 and not self.episode.budget.open
+        return {"jump_to": "end"} if self.episode.done or spent else None
 
     @hook_config(can_jump_to=["model"])
     def after_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
@@ -123,7 +126,9 @@ class _EpisodeGuard(AgentMiddleware):
         counters = self.episode.counters
         for message in getattr(response, "result", None) or [response]:
             if isinstance(message, AIMessage):
-                counters.reply([*message.tool_calls, *message.invalid_tool_calls])
+                calls = [*message.tool_calls, *message.invalid_tool_calls]
+                counters.reply(calls)
+                self.episode.budget.spend([call.get("name") for call in calls], self.meta_names)
                 for call in message.invalid_tool_calls:
                     name = call.get("name")
                     if name in self.meta_names:
@@ -144,10 +149,10 @@ class _EpisodeGuard(AgentMiddleware):
         name = request.tool_call["name"]
         failed = isinstance(result, ToolMessage) and result.status == "error"
         counters = self.episode.counters
-        if request.tool is None:
-            counters.bad_call()  # a tool the model made up
-        elif name in self.meta_names:
+        if name in self.meta_names:  # offered, or refused because its part is switched off
             counters.meta_action(name, ok=not failed)
+        elif request.tool is None:
+            counters.bad_call()  # a tool the model made up
         elif failed and counters.steps == steps_before:
             counters.env_step(invalid=True)  # refused before it reached the environment
         return result
@@ -166,10 +171,13 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
     config = config or EpisodeConfig()
     if config.harness == "append":
         raise UserError(
-            "the langgraph runner supports harness 'bpe' and 'none'; run 'append' with framework 'core'"
+            "the langgraph runner supports harnesses 'bpe', 'panels' and 'none'; run 'append' with framework 'core'"
         )
-    episode = _Episode()
-    offered = episode_tools(env, config.harness, style=config.spec_style)
+    if not config.observations_in_belief:
+        raise UserError("the langgraph runner copies every observation into Belief; run observations_in_belief=False "
+                        "with framework 'core'")
+    episode = _Episode(config.budget())
+    offered = episode_tools(env, config.harness, style=config.spec_style, parts=config.parts)
     task, observation = env.reset(config.seed)
     episode.counters.spec_style = config.spec_style
     env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
@@ -181,17 +189,21 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
             goal=task,
             dashboard_tokens=config.dashboard_tokens,
             window=config.window,
+            parts=config.parts,
+            max_meta_actions=config.max_meta_actions,
+            meta_actions=config.harness == "bpe",
         )
-        if config.harness == "bpe"
+        if config.harness in ("bpe", "panels")
         else None
     )
-    meta_names = set(META_ACTIONS) if bpe is not None else set()
+    meta_names = set(META_ACTIONS) if config.harness == "bpe" else set()
     middleware: list[AgentMiddleware] = [_EpisodeGuard(episode, {t.name for t in tools}, meta_names)]
-    middleware.append(ModelCallLimitMiddleware(run_limit=config.max_steps, exit_behavior="end"))
+    middleware.append(ModelCallLimitMiddleware(run_limit=episode.budget.limit, exit_behavior="end"))
     if bpe is not None:
         middleware.append(bpe)
     agent = create_agent(
-        PolicyChatModel(policy=policy), tools, system_prompt=instructions(config.harness, config.system_prompt), middleware=middleware
+        PolicyChatModel(policy=policy), tools, system_prompt=instructions(config.harness, config.system_prompt, parts=config.parts),
+        middleware=middleware,
     )
     handler = TraceCallbackHandler(middleware=bpe, harness=config.harness, env=getattr(env, "name", None), token_counter=policy)
     try:
@@ -201,7 +213,7 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
             # recursion limit only guards against a loop: each model call passes through several
             # graph steps (the model, the tools and every middleware hook), so 4 per call cut
             # episodes with many refused calls early.
-            {"callbacks": [handler], "recursion_limit": _GRAPH_STEPS_PER_CALL * config.max_steps + 20},
+            {"callbacks": [handler], "recursion_limit": _GRAPH_STEPS_PER_CALL * episode.budget.limit + 20},
         )
     except GraphRecursionError:
         pass  # the handler recorded the run as failed; the environment's own outcome decides
@@ -216,5 +228,6 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
     # The handler counted each prompt as the model received it (dashboard injected, window cut).
     episode.counters.prompt_tokens = [call.prompt_tokens for call in trace.model_calls]
     episode.counters.prompt_token_source = trace.metadata.get("prompt_token_source")
-    trace.metadata.update(seed=config.seed, difficulty=getattr(env, "difficulty", None), **episode.counters.metadata())
+    trace.metadata.update(seed=config.seed, difficulty=getattr(env, "difficulty", None), **episode.counters.metadata(),
+                          **config.harness_metadata(), charged_model_calls=episode.budget.charged)
     return trace

@@ -38,7 +38,9 @@ def _runner(adapter: WorkspaceAdapter, name: str) -> Any:
 
 
 def meta_action_tools(adapter: WorkspaceAdapter) -> list[BaseTool]:
-    """`track`, `commit`, `recall` and `note` bound to `adapter`."""
+    """`track`, `commit`, `recall` and `note` bound to `adapter` (only those of the parts its
+    workspace options switch on)."""
+    offered = adapter.options.meta_actions
     return [
         StructuredTool(
             name=spec.name,
@@ -47,4 +49,5 @@ def meta_action_tools(adapter: WorkspaceAdapter) -> list[BaseTool]:
             func=_runner(adapter, spec.name),
         )
         for spec in tool_specs()
+        if spec.name in offered
     ]

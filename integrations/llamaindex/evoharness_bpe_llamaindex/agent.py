@@ -138,6 +138,7 @@ def with_bpe(
     trace: BPETraceHandler | None = None,
     state_key: str = DEFAULT_STATE_KEY,
     consolidator: ModelConsolidator | None = None,
+    meta_actions: bool = True,
     **workspace_options: Any,
 ) -> T:
     """Give an agent (or every agent of an `AgentWorkflow`) the BPE harness; returns it.
@@ -157,6 +158,11 @@ def with_bpe(
 
     `window` keeps only the last `window` messages of the prompt (besides the system message
     and the first user message): the dashboard carries the rest.
+
+    `workspace_options` go to each run's `Workspace`: ``parts=("belief", "progress")`` switches
+    Experience off (an ablation: ``recall`` and ``note`` are not offered and its hints leave the
+    dashboard), ``max_meta_actions=6`` caps the meta-actions of a run. ``meta_actions=False``
+    offers no meta-action tools: the dashboard alone (the ``panels`` harness).
 
     >>> agent = with_bpe(FunctionAgent(tools=[search], llm=llm), store=store, namespace=("acme",))  # doctest: +SKIP
     """
@@ -200,7 +206,7 @@ def with_bpe(
     if isinstance(target, AgentWorkflow):
         if get_binding(target) is not None:
             raise UserError("this workflow already has a BPE workspace; wrap it once")
-        tools = meta_action_tools(binding)
+        tools = meta_action_tools(binding) if meta_actions else []
         agents = list(target.agents.values())
         for agent in agents:
             _check_agent(agent)
@@ -211,7 +217,7 @@ def with_bpe(
         return target
     if isinstance(target, (FunctionAgent, ReActAgent)):
         _check_agent(target)
-        _wrap_agent(target, binding, meta_action_tools(binding), window)
+        _wrap_agent(target, binding, meta_action_tools(binding) if meta_actions else [], window)
         return target
     raise UserError(
         f"with_bpe supports FunctionAgent, ReActAgent and AgentWorkflow (and their subclasses), "

@@ -45,6 +45,11 @@ class WorkspaceBinding:
         self._synced: str | None = None
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
+    @property
+    def meta_actions(self) -> tuple[str, ...]:
+        """The meta-actions the workspace offers (those of the parts switched on)."""
+        return self.workspace.meta_actions
+
     def _lock(self) -> asyncio.Lock:
         # Parallel tool calls of one step run as concurrent tasks: load, change and save must not
         # interleave, or an older state could be written last. One lock per event loop.

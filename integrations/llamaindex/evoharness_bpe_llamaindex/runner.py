@@ -3,7 +3,8 @@
 Registered under the ``evoharness.frameworks`` entry-point group, so ``evoharness run
 --framework llamaindex`` (and `evoharness_bpe.lab.frameworks.load_framework`) find it. The
 environment's tools become `FunctionTool`s with their exact JSON schemas, the policy becomes the
-agent's LLM through `PolicyLLM`, and with ``harness="bpe"`` the agent is wrapped by `with_bpe`.
+agent's LLM through `PolicyLLM`, and with ``harness="bpe"`` the agent is wrapped by `with_bpe`
+(``panels``: without meta-action tools). The step budget is `EpisodeConfig.budget`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from evoharness_bpe import Outcome, Trace, Workspace
-from evoharness_bpe.harness import META_ACTIONS, EpisodeCounters, episode_tools, instructions
+from evoharness_bpe.harness import META_ACTIONS, EpisodeCounters, StepBudget, episode_tools, instructions
 from evoharness_bpe.lab.envs.base import Env
 from evoharness_bpe.exceptions import EvoHarnessError, UserError
 from evoharness_bpe.lab.frameworks import EpisodeConfig
@@ -53,6 +54,8 @@ def system_prompt(harness: str) -> str:
 class _Episode:
     env: Env
     counters: EpisodeCounters = field(default_factory=EpisodeCounters)
+    budget: StepBudget = field(default_factory=lambda: StepBudget(1_000_000))
+    meta_names: frozenset[str] = frozenset()
     done: bool = False
 
     def tool(self, spec: dict[str, Any]) -> FunctionTool:
@@ -87,10 +90,13 @@ async def arun_episode(
     config = config or EpisodeConfig()
     if config.harness == "append":
         raise UserError(
-            "the llamaindex runner supports harness 'none' and 'bpe'; run 'append' with framework 'core'"
+            "the llamaindex runner supports harnesses 'none', 'panels' and 'bpe'; run 'append' with framework 'core'"
         )
-    episode = _Episode(env)
-    offered = episode_tools(env, config.harness, style=config.spec_style)
+    if not config.observations_in_belief:
+        raise UserError("the llamaindex runner copies every observation into Belief; run observations_in_belief=False "
+                        "with framework 'core'")
+    episode = _Episode(env, budget=config.budget(), meta_names=frozenset(META_ACTIONS if config.harness == "bpe" else ()))
+    offered = episode_tools(env, config.harness, style=config.spec_style, parts=config.parts)
     task, observation = env.reset(config.seed)
     episode.counters.spec_style = config.spec_style
     env_specs = [t for t in offered if t["function"]["name"] not in META_ACTIONS]
@@ -100,22 +106,23 @@ async def arun_episode(
         name="agent",
         tools=tools,
         llm=PolicyLLM(policy),
-        system_prompt=instructions(config.harness, config.system_prompt),
+        system_prompt=instructions(config.harness, config.system_prompt, parts=config.parts),
         streaming=False,
     )
-    if config.harness == "bpe":
-        workspace = Workspace(task, store=store, namespace=config.namespace, dashboard_tokens=config.dashboard_tokens)
-        with_bpe(agent, workspace, window=config.window)
+    if config.harness in ("bpe", "panels"):
+        workspace = Workspace(task, store=store, namespace=config.namespace, dashboard_tokens=config.dashboard_tokens,
+                              parts=config.parts, max_meta_actions=config.max_meta_actions)
+        with_bpe(agent, workspace, window=config.window, meta_actions=config.harness == "bpe")
     _stop_when_done(agent, episode)
 
     recorder = TraceRecorder(workspace, token_counter=policy)
     counters = episode.counters
     env_names = {t["function"]["name"] for t in env_specs}
-    meta_names = set(META_ACTIONS) if workspace else set()
+    meta_names = set(episode.meta_names)
     cut = False
     user_msg = f"{task}\n\n{observation}"
     with recorder:
-        handler = agent.run(user_msg=user_msg, max_iterations=config.max_steps)
+        handler = agent.run(user_msg=user_msg, max_iterations=episode.budget.limit)
         try:
             async for event in handler.stream_events():
                 recorder.on_event(event)
@@ -134,6 +141,8 @@ async def arun_episode(
                 raise
             cut = "Max iterations" in str(exc)
 
+    if not episode.budget.charge:  # free meta-actions: the budget, not max_iterations, cut it
+        cut = cut or (not episode.done and not episode.budget.open)
     result = env.outcome()
     if workspace is not None:
         workspace.finish(result.success)
@@ -152,6 +161,8 @@ async def arun_episode(
             "seed": config.seed,
             "difficulty": getattr(env, "difficulty", None),
             "max_steps": config.max_steps,
+            **config.harness_metadata(),
+            "charged_model_calls": episode.budget.charged,
         },
     )
 
@@ -169,7 +180,13 @@ def _stop_when_done(agent: FunctionAgent, episode: _Episode) -> None:
     async def take_step_until_done(ctx: Any, llm_input: Any, tools: Any, memory: Any) -> Any:
         if episode.done:
             raise EpisodeOver("the environment ended the episode")
-        return await take_step(ctx, llm_input, tools, memory)
+        budget = episode.budget
+        if not budget.charge and budget.calls and not budget.open:  # charged: max_iterations cuts, as before
+            raise EpisodeOver("the step budget is spent")
+        output = await take_step(ctx, llm_input, tools, memory)
+        if not getattr(output, "retry_messages", None):
+            budget.spend([call.tool_name for call in output.tool_calls or ()], episode.meta_names)
+        return output
 
     object.__setattr__(agent, "take_step", take_step_until_done)
 

@@ -200,7 +200,9 @@ class RunBinding:
         self.workspace_options = workspace_options
         self._episodes: OrderedDict[str, RunEpisode] = OrderedDict()
         # Fail when the agent is wrapped, not at its first run, on bad workspace options.
-        Workspace(goal or "check", subgoals=self.subgoals, dashboard_tokens=dashboard_tokens, inject=inject, **workspace_options)  # type: ignore[arg-type]
+        probe = Workspace(goal or "check", subgoals=self.subgoals, dashboard_tokens=dashboard_tokens, inject=inject, **workspace_options)  # type: ignore[arg-type]
+        self.meta_actions: tuple[str, ...] = probe.meta_actions
+        """The meta-actions each run's workspace offers (those of the parts switched on)."""
 
     # -- run boundaries ----------------------------------------------------------------------
     async def start(self, ctx: Context, start_event: StartEvent) -> RunEpisode:

@@ -57,13 +57,14 @@ def meta_action_tools(
 
     Each call loads the Belief/Progress of the run's context, applies the meta-action to the
     model's raw arguments (store I/O off the event loop) and writes the state back. A refused
-    call is an error tool result.
+    call is an error tool result. Only the meta-actions of the parts switched on are offered.
     """
     if isinstance(workspace, (WorkspaceBinding, RunBinding)):
         binding: WorkspaceBinding | RunBinding = workspace
     else:
         binding = WorkspaceBinding(workspace, state_key=state_key)
-    return [_meta_tool(binding, spec.name, spec.description, spec.parameters) for spec in tool_specs()]
+    return [_meta_tool(binding, spec.name, spec.description, spec.parameters) for spec in tool_specs()
+            if spec.name in binding.meta_actions]
 
 
 def _meta_tool(

@@ -65,15 +65,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "bearer token picks the session's namespace")
     parser.add_argument("--tenant-header", default="authorization",
                         help="header carrying the tenant token (default: %(default)s, as 'Bearer TOKEN')")
+    parser.add_argument("--max-sessions", type=int, default=100,
+                        help="HTTP only: MCP sessions open at once, all tenants together (default: %(default)s)")
+    parser.add_argument("--max-sessions-per-tenant", type=int, default=20,
+                        help="HTTP only, with --tenants: sessions one tenant may hold open (default: %(default)s)")
+    parser.add_argument("--session-idle", type=float, default=300.0,
+                        help="HTTP only: seconds without a request after which a session is closed (default: %(default)s)")
     parser.add_argument("--traces", default=None, help="append each finished episode's trace to this JSONL file")
     parser.add_argument("--goal", default="the user's current task",
                         help="goal of an episode opened by a meta-action before start_episode (default: %(default)r)")
     parser.add_argument("--dashboard-tokens", type=int, default=600, help="dashboard token budget (default: %(default)s)")
+    parser.add_argument("--ablate", nargs="+", choices=["belief", "progress", "experience"], default=[],
+                        help="switch workspace parts off: they leave the tools and the dashboard, and their meta-actions are refused")
+    parser.add_argument("--max-meta-actions", type=int, default=None,
+                        help="meta-action calls an episode may make (default: no cap)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the server the flags describe; return when it stops."""
-    from .serve import serve_http, serve_stdio
+    from .serve import HTTPLimits, serve_http, serve_stdio
     from .server import BPEServer
     from .session import SessionSettings
     from .tenants import TenantMap
@@ -82,10 +92,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--tenants needs --transport http: over stdio the operator fixes --namespace")
     if not 1 <= args.port <= 65535:
         raise UserError(f"--port must be in 1..65535, not {args.port}")
+    limits = HTTPLimits(max_sessions=args.max_sessions, max_sessions_per_tenant=args.max_sessions_per_tenant,
+                        idle_seconds=args.session_idle)
     store = open_store(args.store or str(default_store_path()))
     traces = TraceWriter(args.traces) if args.traces else None
     tenants = TenantMap.load(args.tenants, header=args.tenant_header) if args.tenants else None
-    settings = SessionSettings(store=store, default_goal=args.goal, dashboard_tokens=args.dashboard_tokens, traces=traces)
+    parts = tuple(p for p in ("belief", "progress", "experience") if p not in (getattr(args, "ablate", None) or ()))
+    settings = SessionSettings(store=store, default_goal=args.goal, dashboard_tokens=args.dashboard_tokens, traces=traces,
+                               parts=parts, max_meta_actions=getattr(args, "max_meta_actions", None))
     bpe = BPEServer(settings, namespace=parse_namespace(args.namespace), tenants=tenants)
     stop_tracing = telemetry.configure_from_env("evoharness-mcp")  # spans over OTLP when OTEL_EXPORTER_OTLP_* asks
     try:
@@ -93,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(serve_stdio(bpe))
         else:
             print(f"evoharness mcp: serving http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-            serve_http(bpe, host=args.host, port=args.port)
+            serve_http(bpe, host=args.host, port=args.port, limits=limits)
     except KeyboardInterrupt:
         pass
     finally:

@@ -98,6 +98,7 @@ class BPEServer:
         self._tools = [
             types.Tool(name=spec.name, description=spec.description, inputSchema=spec.parameters)
             for spec in tool_specs()
+            if spec.name in settings.meta_actions  # a part switched off is not offered (and refused if called)
         ] + _episode_tools()
         self._register()
 

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evoharness_bpe import ActionResult, Outcome, TraceWriter, Workspace
+from evoharness_bpe.actions import PART_OF, PARTS, check_parts
+from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.stores.base import ExperienceStore, Namespace
 
 __all__ = ["EpisodeSession", "SessionSettings", "StartEpisodeArgs", "FinishEpisodeArgs"]
@@ -43,6 +45,21 @@ class SessionSettings:
     default_goal: str = "the user's current task"
     dashboard_tokens: int = 600
     traces: TraceWriter | None = None
+    parts: tuple[str, ...] = PARTS
+    """The workspace parts switched on; a part left out is not offered, not shown, and refused."""
+    max_meta_actions: int | None = None
+    """Meta-action calls an episode may make; later ones are refused. None: no cap."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parts", check_parts(self.parts))
+        cap = self.max_meta_actions
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+            raise UserError("max_meta_actions must be a number of calls (0 or more), or None for no cap")
+
+    @property
+    def meta_actions(self) -> tuple[str, ...]:
+        """The meta-actions the server offers: those of the parts switched on."""
+        return tuple(name for name, part in PART_OF.items() if part in self.parts)
 
 
 @dataclass
@@ -63,6 +80,8 @@ class EpisodeSession:
             store=self.settings.store,
             namespace=self.namespace,
             dashboard_tokens=self.settings.dashboard_tokens,
+            parts=self.settings.parts,
+            max_meta_actions=self.settings.max_meta_actions,
         )
         self.episodes += 1
         return self.workspace
