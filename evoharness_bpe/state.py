@@ -26,6 +26,16 @@ __all__ = [
     "Experience",
     "BPEState",
     "subgoal_id",
+    "MAX_GOAL_CHARS",
+    "MAX_TITLE_CHARS",
+    "MAX_NOTE_CHARS",
+    "MAX_KEY_CHARS",
+    "MAX_VALUE_CHARS",
+    "MAX_SOURCE_CHARS",
+    "MAX_MESSAGE_CHARS",
+    "MAX_ENTRY_ID_CHARS",
+    "MAX_EXPERIENCE_IDS",
+    "MAX_HISTORY_LIMIT",
 ]
 
 SubgoalStatus = Literal["todo", "doing", "done", "failed", "blocked"]
@@ -33,6 +43,29 @@ SUBGOAL_STATUSES: tuple[str, ...] = ("todo", "doing", "done", "failed", "blocked
 _CLOSED = frozenset({"done", "failed"})
 _EXCEPTION_STATUSES = frozenset({"failed", "blocked"})
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+# What a workspace keeps of each text: the meta-actions' limits (`actions.py`), and the same
+# bounds for state loaded from outside (`Workspace(state=...)`, `from_state`, `restore`).
+MAX_GOAL_CHARS = 2_000
+"""A goal is kept to its first 2,000 characters."""
+MAX_TITLE_CHARS = 200
+"""A subgoal title (``commit.subgoal``)."""
+MAX_NOTE_CHARS = 1_000
+"""A subgoal's note (``commit.note``)."""
+MAX_KEY_CHARS = 200
+"""A fact's key (``track.key``)."""
+MAX_VALUE_CHARS = 4_000
+"""A fact's value (``track.value``)."""
+MAX_SOURCE_CHARS = 200
+"""A fact's or an exception's source (``track.source``)."""
+MAX_MESSAGE_CHARS = MAX_TITLE_CHARS + MAX_NOTE_CHARS + 20
+"""An open exception's message (a commit's ``title status: note``)."""
+MAX_ENTRY_ID_CHARS = 64
+"""An experience entry id (``note.supersedes``)."""
+MAX_EXPERIENCE_IDS = 1_000
+"""Recalled or noted entry ids a loaded state keeps (the newest)."""
+MAX_HISTORY_LIMIT = 1_000
+"""The largest `Belief.history_limit` a loaded state keeps."""
 
 
 def subgoal_id(text: str) -> str:

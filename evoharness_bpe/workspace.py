@@ -61,7 +61,7 @@ from . import telemetry
 if TYPE_CHECKING:  # the model consolidator's module loads only when one is used
     from .consolidator import ModelConsolidator
 
-__all__ = ["Workspace", "WorkspaceOptions", "ActionResult", "EpisodeSummary", "observed_tool_name"]
+__all__ = ["Workspace", "WorkspaceOptions", "ActionResult", "EpisodeSummary", "observed_tool_name", "bounded_state"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -691,6 +691,16 @@ def _as_state(state: BPEState | dict[str, Any] | str) -> BPEState:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def bounded_state(state: BPEState | dict[str, Any] | str, options: WorkspaceOptions | None = None) -> BPEState:
+    """`state` (from outside: a checkpoint, a framework's channel) held to the bounds a workspace
+    with `options` keeps: what ``Workspace(state=...)``, `from_state` and `restore` do to it.
+
+    A copy; a state made by the meta-actions under the same options comes back equal. Raises
+    `UserError` for what no workspace would hold (see `Workspace`).
+    """
+    return _loaded(_as_state(state), options or WorkspaceOptions())
 
 
 def _loaded(state: BPEState, options: WorkspaceOptions) -> BPEState:

@@ -155,3 +155,21 @@ def test_observations_obey_the_meta_action_limits() -> None:
     assert all(f"{k}:error" in facts for k in exceptions)  # an open exception keeps its fact
     assert ws.act("track", {"key": "mine2", "value": "v"}).ok  # room is made by observations only
     assert len(ws.state.model_dump_json()) < 200_000
+
+
+def test_every_text_a_workspace_keeps_is_bounded() -> None:
+    from evoharness_bpe.exceptions import UserError
+    from evoharness_bpe.state import MAX_GOAL_CHARS
+
+    huge = "Upload batch " + "x" * 3_800_000
+    with pytest.raises(UserError) as refused:
+        Workspace("Migrate", subgoals=["batch 1", huge])
+    assert len(str(refused.value)) < 300 and "3,800,013 characters" in str(refused.value)  # a prefix, and the size
+    ws = Workspace("G" * 3 * MB, subgoals=[f"batch {i}" for i in range(5)], max_subgoals=6)
+    assert len(ws.state.progress.goal) <= MAX_GOAL_CHARS
+    assert ws.act("commit", {"subgoal": "batch 6", "status": "todo"}).ok
+    full = ws.act("commit", {"subgoal": "batch 7", "status": "todo"})
+    assert not full.ok and "6 subgoals" in full.content and len(ws.state.progress.subgoals) == 6
+    assert ws.act("commit", {"subgoal": "batch 1", "status": "done"}).ok       # existing ones still move
+    with pytest.raises(UserError, match="at most 6"):
+        Workspace("g", subgoals=[f"s{i}" for i in range(7)], max_subgoals=6)
