@@ -65,7 +65,9 @@ def test_close_without_waiting_leaves_the_queue_for_the_next_start(tmp_path: Pat
     for text in ("Check phone formats", "Check rate limits", "Check weekend maintenance"):
         _note(store, consolidator, text)
     consolidator.close(wait=False)                               # the first job is with the teacher
-    assert consolidator.journal.counts() == {"pending": 3}
+    from evoharness_bpe.consolidator import JobJournal
+
+    assert JobJournal(journal).counts() == {"pending": 3}         # the worker stopped waiting, the journal is closed
     gate.set()
     with ModelConsolidator(_keep, store, journal=journal) as again:
         assert again.flush(timeout=30)

@@ -5,12 +5,13 @@ from .batch import BatchResult, ConsolidationFailed, consolidate_traces, trace_n
 from .decisions import DecisionBatch, DecisionError, apply_decisions, parse_decisions, validate_decisions
 from .journal import Job, JobJournal
 from .request import SYSTEM_PROMPT, TeacherCaller, TeacherError, build_request
-from .teachers import OpenAITeacher, Teacher, as_teacher
+from .teachers import MAX_ANSWER_CHARS, AnswerTooLarge, OpenAITeacher, Teacher, as_teacher
 from .worker import ModelConsolidator
 
 __all__ = [
     "ModelConsolidator", "consolidate_traces", "BatchResult", "ConsolidationFailed", "trace_notes",
     "Teacher", "as_teacher", "OpenAITeacher", "TeacherCaller", "TeacherError", "build_request",
+    "AnswerTooLarge", "MAX_ANSWER_CHARS",
     "DecisionBatch", "DecisionError", "parse_decisions", "validate_decisions", "apply_decisions",
     "Job", "JobJournal", "SYSTEM_PROMPT",
 ]
