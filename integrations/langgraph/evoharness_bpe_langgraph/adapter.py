@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from evoharness_bpe.ledger import CostLedger
 from evoharness_bpe.stores.base import validate_namespace
 from evoharness_bpe.text import inline
-from evoharness_bpe.workspace import observed_tool_name
+from evoharness_bpe.workspace import bounded_state, observed_tool_name
 from evoharness_bpe.trace import DashboardSnapshot, MetaActionEvent
 
 from .channel import BPE_KEY, RUN_KEY, Op, delta_update
@@ -210,15 +210,11 @@ class WorkspaceAdapter:
         return update
 
     def rebind(self, value: Any, runtime: Any) -> dict[str, Any] | None:
-        """`value` moved to this run's namespace, or None when it is already there."""
+        """`value` moved to this run's namespace and held to the workspace's bounds (ids, text
+        sizes, caps: `bounded_state`), or None when it already is both."""
         namespace = self.namespace_for(runtime)
-        stored = value.get("experience", {}).get("namespace") if isinstance(value, dict) else None
-        if isinstance(stored, (list, tuple)) and tuple(stored) == namespace:
-            return None  # the usual case, decided without validating the whole state
-        parsed = _parse_state(value)
-        if parsed.experience.namespace == namespace:
-            return None
-        return _in_namespace(parsed, namespace).model_dump(mode="json")
+        bounded = bounded_state(_in_namespace(_parse_state(value), namespace), self.options).model_dump(mode="json")
+        return None if bounded == value else bounded
 
     def workspace(self, state: dict[str, Any], runtime: Any) -> tuple[Workspace, EpisodeLog, dict[str, Any]]:
         """The live workspace for `state` (rebuilt only when the state changed), its log, and
@@ -275,7 +271,7 @@ class WorkspaceAdapter:
                 ops = [{"op": "noted", "ids": experience.noted[noted:]}]
                 self._consolidate(ws, log, state.get(RUN_KEY), final=False)
             else:
-                ops = [{"op": "act", "name": name, "args": args, "limits": [ws.options.max_beliefs, ws.options.max_exceptions]}]
+                ops = [{"op": "act", "name": name, "args": args, "limits": _limits(ws)}]
             return True, result.content, self._commit(log, ws, base, ops)
 
     def observe(
@@ -291,7 +287,7 @@ class WorkspaceAdapter:
                 "tool": observed_tool_name(tool),
                 "result": None,
                 "error": None,
-                "limits": [ws.options.max_beliefs, ws.options.max_exceptions],
+                "limits": _limits(ws),
             }
             op["error" if error is not None else "result"] = fact.value if fact else ""
             return self._commit(log, ws, base, [op])
@@ -367,6 +363,11 @@ class WorkspaceAdapter:
         done, _ = wait(pending, timeout=timeout)
         for fut in done:
             fut.result()
+
+
+def _limits(ws: Workspace) -> list[int]:
+    """The caps a replay of this workspace's operations keeps (`channel._replay`)."""
+    return [ws.options.max_beliefs, ws.options.max_exceptions, ws.options.max_subgoals]
 
 
 def _parse_state(value: Any) -> BPEState:

@@ -25,7 +25,7 @@ _DELTA = "__bpe_delta__"
 
 Op = dict[str, Any]
 """One replayable change: ``{"op": "act", "name", "args", "limits"}``, ``{"op": "observe", "tool",
-"result", "error", "limits": [max_beliefs, max_exceptions]}``, ``{"op": "recalled" | "noted", "ids": [...]}``."""
+"result", "error", "limits": [max_beliefs, max_exceptions, max_subgoals]}``, ``{"op": "recalled" | "noted", "ids": [...]}``."""
 
 
 def delta_update(base_step: int, state: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
@@ -49,7 +49,10 @@ def _replay(current: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     # and only their ids are carried over.
     # the caps the acting workspace had; the replay keeps them too
     limits = next((op["limits"] for op in ops if op.get("limits")), None)
-    options = WorkspaceOptions(max_beliefs=limits[0], max_exceptions=limits[1]) if limits else None
+    options = None
+    if limits:  # [max_beliefs, max_exceptions] and, since subgoals are capped, max_subgoals
+        caps = {"max_beliefs": limits[0], "max_exceptions": limits[1]} | ({"max_subgoals": limits[2]} if len(limits) > 2 else {})
+        options = WorkspaceOptions(**caps)
     ws = Workspace.from_state(current, store=MemoryExperienceStore(), options=options)
     experience = ws.state.experience
     for op in ops:
