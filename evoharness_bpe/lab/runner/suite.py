@@ -326,33 +326,35 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
                     label = f"{env_name} {kind} {name} {framework} seed {seed}"
                     tick = progress.start(label, max_steps, calls=kind in ("local", "openai"))
                     last = episode == config.episodes - 1
+                    result: Trace | Exception
                     for attempt in range(1, config.retries + 2):
                         policy = _Counted(make_policy(kind, env, config, cache, seed), tick)
                         try:
-                            trace = runners[framework](env, policy, bank.episode_store(combo, namespace), episode_config)
+                            result = runners[framework](env, policy, bank.episode_store(combo, namespace), episode_config)
                             break
                         except UserError as exc:  # e.g. a framework without this harness: skip the combination
-                            trace = exc  # type: ignore[assignment]
+                            result = exc
                             break
                         except Exception as exc:
                             if not is_infrastructure_error(exc):
                                 raise
-                            trace = exc  # type: ignore[assignment]
+                            result = exc
                             if bank.mode == "live" and own_store:  # drop what the failed attempt wrote
                                 store.close()
                                 restore_store(out)
                                 store = bank.store = open_store(config.store, out)
                             if attempt <= config.retries:
                                 time.sleep(config.retry_backoff * 2 ** (attempt - 1))
-                    if isinstance(trace, UserError):
-                        skipped.append(f"{env_name} / {kind} / {name} / {framework}: {trace}")
-                        progress.skip(label, str(trace))
+                    if isinstance(result, UserError):
+                        skipped.append(f"{env_name} / {kind} / {name} / {framework}: {result}")
+                        progress.skip(label, str(result))
                         break
-                    if isinstance(trace, BaseException):  # the model server failed on every attempt
-                        infrastructure.append(failure_record(combo, seed, attempt, trace))
-                        progress.skip(label, f"infrastructure error after {attempt} attempt(s): {str(trace)[:120]}")
+                    if isinstance(result, Exception):  # the model server failed on every attempt
+                        infrastructure.append(failure_record(combo, seed, attempt, result))
+                        progress.skip(label, f"infrastructure error after {attempt} attempt(s): {str(result)[:120]}")
                         bank.episode_done(combo, namespace, None, last=last)
                         continue
+                    trace = result
                     trace.metadata["fingerprint"] = stamp
                     trace.metadata["bank"] = config.bank
                     if attempt > 1:
