@@ -385,6 +385,8 @@ class EpisodeCounters:
     """Replies without a tool call in a row (reset by a reply that calls a tool)."""
     silent_replies: int = 0
     """Replies without a tool call in all."""
+    invalid_run: int = 0
+    """Invalid actions in a row (reset by a valid one); `EpisodeConfig.max_invalid_run` cuts an episode on it."""
     meta: dict[str, int] = field(default_factory=lambda: dict.fromkeys(META_ACTIONS, 0))
     """Meta-action calls by name, valid or not."""
     meta_per_call: list[int] = field(default_factory=list)
@@ -420,26 +422,30 @@ class EpisodeCounters:
         if tool_calls:
             self.silent = 0
             return True
-        self.invalid += 1
+        self._count(True)
         self.silent += 1
         self.silent_replies += 1
         return False
 
+    def _count(self, invalid: bool, n: int = 1) -> None:
+        self.invalid += n if invalid else 0
+        self.invalid_run = self.invalid_run + n if invalid else 0
+
     def env_step(self, invalid: bool = False) -> None:
         """Record an environment tool call (refused or not)."""
         self.steps += 1
-        self.invalid += bool(invalid)
+        self._count(bool(invalid))
 
     def meta_action(self, name: str, ok: bool) -> None:
         """Record a meta-action call."""
         self.meta[name] = self.meta.get(name, 0) + 1
         if self.meta_per_call:
             self.meta_per_call[-1] += 1
-        self.invalid += not ok
+        self._count(not ok)
 
     def bad_call(self, n: int = 1) -> None:
         """Record calls of unknown tools or with arguments that did not parse."""
-        self.invalid += n
+        self._count(True, n)
 
     def outcome_info(self) -> dict[str, int]:
         """The counters that go into ``Outcome.info``."""

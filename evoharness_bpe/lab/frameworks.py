@@ -63,6 +63,10 @@ class EpisodeConfig(BaseModel):
     max_meta_actions: int | None = Field(
         default=None, ge=0, description="Meta-action calls an episode may make; later ones are refused. None: no cap."
     )
+    max_invalid_run: int | None = Field(
+        default=None, ge=1, description="Core runner: end the episode after this many invalid actions in a row (a "
+        "policy that has lost the format rarely finds it again). None: only max_steps and three silent replies end it.",
+    )
     observations_in_belief: bool = Field(
         default=True,
         description="bpe and panels: copy each environment result into Belief (fact tool:NAME:last, cut to 300 "

@@ -79,8 +79,9 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
         )
         tool_calls = model_call(policy, system, history, size, tools, counters, calls)
         budget.spend([(c.get("function") or {}).get("name") for c in tool_calls or ()], meta_names)
+        lost = config.max_invalid_run is not None and counters.invalid_run >= config.max_invalid_run
         if tool_calls is None:
-            if counters.over:
+            if counters.over or lost:
                 break
             continue
         for n, call in enumerate(tool_calls):
@@ -119,7 +120,7 @@ def run_episode(env: Env, policy: Policy, store: ExperienceStore | None, config:
             history.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
             if done:
                 break
-        if done:
+        if done or (config.max_invalid_run is not None and counters.invalid_run >= config.max_invalid_run):
             break
 
     outcome = env.outcome()
