@@ -129,7 +129,7 @@ def test_an_evolving_run_is_frozen_inside_a_window_and_consolidated_after_it(tmp
     assert (out / "consolidation_edits.png").exists()
 
 
-def test_an_evolving_run_refuses_to_resume_and_bad_bank_options_are_refused() -> None:
+def test_an_evolving_run_refuses_to_resume_and_bad_bank_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot be resumed"):
         RunConfig(bank="evolving", mode="resume")
     with pytest.raises(UserError, match="--bank"):
@@ -137,7 +137,8 @@ def test_an_evolving_run_refuses_to_resume_and_bad_bank_options_are_refused() ->
     with pytest.raises(UserError, match="--consolidate-every"):
         RunConfig(bank="evolving", consolidate_every=0)
     with pytest.raises(UserError, match="--teacher"):
-        run_suite(RunConfig(bank="evolving", consolidator="model", harnesses=["none"]))
+        run_suite(RunConfig(bank="evolving", consolidator="model", harnesses=["none"], out=tmp_path / "r"))
+    assert not (tmp_path / "r").exists()  # refused before anything was written
 
 
 def test_an_evolving_run_with_the_model_consolidator(tmp_path: Path) -> None:

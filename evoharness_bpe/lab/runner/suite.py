@@ -275,6 +275,8 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
     Raises `RunInterrupted` after writing metrics and the report of the finished episodes when
     SIGINT or SIGTERM arrives.
     """
+    if config.bank == "evolving" and config.consolidator == "model" and teacher is None and not config.teacher_url:
+        raise UserError("--consolidator model needs --teacher URL (an OpenAI-compatible endpoint, …/v1)")
     runners = {f: load_framework(f) for f in config.frameworks}
     out = config.out
     done: list[Trace] = []
@@ -408,8 +410,6 @@ def _run_bank(config: RunConfig, store: ExperienceStore, teacher: Any) -> RunBan
         if teacher is None:
             from ...consolidator.teachers import OpenAITeacher  # noqa: PLC0415
 
-            if not config.teacher_url:
-                raise UserError("--consolidator model needs --teacher URL (an OpenAI-compatible endpoint, …/v1)")
 
             teacher = OpenAITeacher(config.teacher_model, config.teacher_url, api_key=config.api_key)
         consolidator = ModelWindowConsolidator(teacher)
