@@ -31,19 +31,22 @@ from evoharness_bpe import META_ACTIONS, Trace
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policies.toolcalls import parse_tool_calls
+from evoharness_bpe.lab.policies.transformers import close_call
 from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.lab.runner.lockstep import Lockstep
 
 from .rewards import CostWeights, RolloutCost, cost_aware_score
 
-__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "episode_cost", "ContinuationReward", "reply_from_text"]
+__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "episode_cost", "ContinuationReward", "reply_from_text",
+           "reference_scorer"]
 
 ChatMessage = dict[str, Any]
 
 
 def reply_from_text(text: str, tools: Sequence[dict[str, Any]]) -> ChatMessage:
-    """The assistant message a generated text stands for, parsed as `TransformersPolicy` parses it."""
-    calls = parse_tool_calls(text, {t["function"]["name"] for t in tools})
+    """The assistant message a generated text stands for, parsed as `TransformersPolicy` parses it
+    (a call cut at the end of its line is closed)."""
+    calls = parse_tool_calls(close_call(text.strip()), {t["function"]["name"] for t in tools})
     if not calls:
         return {"role": "assistant", "content": text}
     return {"role": "assistant", "content": None, "tool_calls": [
@@ -118,6 +121,15 @@ def episode_cost(trace: Trace) -> RolloutCost:
     )
 
 
+def reference_scorer(weights: Any = None) -> Callable[[Trace, int], float]:
+    """A `ContinuationReward.scorer`: the reference's composite reward (`reference_reward`) of an
+    episode, its diversity weight annealed over the optimizer steps."""
+    from .reference_reward import ReferenceRewardWeights, reference_reward_from_trace
+
+    chosen = weights if weights is not None else ReferenceRewardWeights()
+    return lambda trace, update: reference_reward_from_trace(trace, update, chosen)[0]
+
+
 @contextmanager
 def _inference(model: Any):
     """The model in eval mode without gradients, its training mode restored afterwards."""
@@ -150,6 +162,9 @@ class ContinuationReward:
     log: list[dict[str, Any]] = field(default_factory=list)
     cache: bool = True
     """Score an identical (state, action) once per optimizer step: greedy continuations are deterministic."""
+    scorer: Callable[[Trace, int], float] | None = None
+    """Scores a finished episode at an optimizer step instead of `cost_aware_score` with `weights`
+    (the reference's composite reward, say: `reference_scorer`)."""
     lockstep: bool = True
     """Play the continuations of a batch side by side, one batched generation per round (`Lockstep`)."""
     __name__: str = "continuation_reward"
@@ -189,7 +204,7 @@ class ContinuationReward:
     def _score(self, key: tuple[Any, ...], trace: Trace, action: ChatMessage) -> tuple[float, dict[str, Any]]:
         step, _, difficulty, seed = key[:4]
         cost = episode_cost(trace)
-        reward = cost_aware_score(cost, self.weights)
+        reward = self.scorer(trace, int(step)) if self.scorer is not None else cost_aware_score(cost, self.weights)
         return reward, {
             "step": step, "seed": seed, "difficulty": difficulty, "reward": reward,
             "success": cost.success, "meta_calls": cost.meta_calls, "harness_tokens": cost.harness_tokens,

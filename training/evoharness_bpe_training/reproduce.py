@@ -49,7 +49,8 @@ PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
 """Held-out seeds start here; training seeds start at 0."""
 _CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "qwen3"), "sft_loss": ("completion", "full"),
-                                        "grpo_states": ("all", "consulting")}
+                                        "grpo_states": ("all", "consulting"),
+                                        "reward": ("cost", "reference")}
 
 
 @dataclass
@@ -67,6 +68,8 @@ class ReproduceConfig:
     spec_style: str = field(default="compact", metadata={"help": "Tool-spec and observation style."})
     system_prompt: str = field(default="Call exactly one tool per reply.", metadata={"help": "Base system prompt."})
     max_steps: int = field(default=60, metadata={"help": "Model calls per episode before it is cut."})
+    max_invalid_run: int = field(default=0, metadata={"help": "End an episode after this many invalid actions in a row (0: never; "
+                                                                "a policy that lost the format rarely finds it again)."})
     max_new_tokens: int = field(default=160, metadata={"help": "Tokens per reply."})
     model: str = field(default="student", metadata={"help": "`student` (trained from scratch) or a local model folder."})
     chat_template: str = field(default="compact", metadata={"help": "`compact` (a signature line per tool, as the student's) or `qwen3` "
@@ -88,6 +91,9 @@ class ReproduceConfig:
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
+    reward: str = field(default="cost", metadata={"help": "GRPO's reward: `cost` (success − λ·meta-calls − μ·harness tokens − ν·invalid) "
+                                                           "or `reference` (EvoHarness-RL's composite: task + efficiency + annealed "
+                                                           "diversity − spam − invalid, its defaults)."})
     lam: float = field(default=0.03, metadata={"help": "λ: price of one meta-action call."})
     mu: float = field(default=0.0, metadata={"help": "μ: price of one harness token."})
     invalid_penalty: float = field(default=0.05, metadata={"help": "Price of one invalid action."})
@@ -120,7 +126,7 @@ class ReproduceConfig:
                 raise UserError(f"--{name.replace('_', '-')} takes {' or '.join(choices)}, not {getattr(self, name)!r}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise UserError(f"--precision takes auto, bf16 or fp32, not {self.precision!r}")
-        for name in ("lora_r", "lora_layers", "eval_batch", "threads"):
+        for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if self.model == "student" and self.lora_r:
@@ -147,7 +153,8 @@ class ReproduceConfig:
         from evoharness_bpe.lab.frameworks import EpisodeConfig
 
         return EpisodeConfig(harness="bpe", seed=seed, max_steps=self.max_steps, window=self.window,
-                             dashboard_tokens=self.dashboard_tokens, spec_style=self.spec_style, system_prompt=self.system_prompt)
+                             dashboard_tokens=self.dashboard_tokens, spec_style=self.spec_style, system_prompt=self.system_prompt,
+                             max_invalid_run=self.max_invalid_run or None)
 
 
 def load_reproduce_preset(name: str, **overrides: Any) -> ReproduceConfig:
@@ -177,7 +184,8 @@ def _policy(model: Any, tokenizer: Any, config: ReproduceConfig, *, temperature:
     from .grpo import CHAT_TEMPLATE_KWARGS
 
     return TransformersPolicy(model, tokenizer=tokenizer, native_tools=True, chat_template_kwargs=CHAT_TEMPLATE_KWARGS,
-                              max_new_tokens=config.max_new_tokens, temperature=temperature, seed=config.seed)
+                              max_new_tokens=config.max_new_tokens, temperature=temperature, seed=config.seed,
+                              one_line_calls=True)
 
 
 def _jobs(config: ReproduceConfig, seeds: dict[int, list[int]], *, max_steps: int | None = None, per_env: Any = None) -> list[Any]:
@@ -220,7 +228,14 @@ def _play(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], pat
         return run
 
     if config.lockstep and hasattr(policy, "complete_batch") and len(jobs) > 1:
-        traces = Lockstep(policy, max_batch=config.eval_batch or None).play([finished(job) for job in jobs])
+        rounds = [0]
+
+        def round_done(size: int, seconds: float) -> None:
+            rounds[0] += 1
+            if log is not None and (rounds[0] <= 2 or rounds[0] % 5 == 0):
+                log(f"[{stage}] round {rounds[0]}: {size} episodes running, {seconds:.1f} s ({seconds / size:.2f} s per call)")
+
+        traces = Lockstep(policy, max_batch=config.eval_batch or None, on_round=round_done).play([finished(job) for job in jobs])
     else:
         traces = [finished(job)(policy) for job in jobs]
     with TraceWriter(path) as writer:
@@ -366,7 +381,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     from evoharness_bpe.lab.envs import make_env
 
     from .callbacks import MetricsFileCallback
-    from .continuation import ContinuationReward
+    from .continuation import ContinuationReward, reference_scorer
     from .rewards import CostWeights
     from .sft import quiet_trainer
 
@@ -375,6 +390,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         config=config.episode_config(),
         weights=CostWeights(lam=config.lam, mu=config.mu, invalid_penalty=config.invalid_penalty),
         lockstep=config.lockstep,
+        scorer=reference_scorer() if config.reward == "reference" else None,
     )
     batch = config.grpo_states_per_step * config.grpo_generations
     args = GRPOConfig(
@@ -389,6 +405,8 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         logging_steps=1,
         use_vllm=config.use_vllm,
         dataloader_num_workers=0,
+        # a sampled call ends with its line, as at inference (`one_line_calls`)
+        generation_kwargs={"stop": ["\n"]} if config.use_vllm else {"eos_token_id": _line_ends(tokenizer)},
         **_train_kwargs(config, precision),
     )
     peft_config = None if hasattr(model, "peft_config") else _lora(model, config)
@@ -411,6 +429,13 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     trainer.train()
     (out / "grpo" / "rewards.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reward.log), "utf-8")
     return trainer.model, reward.log
+
+
+def _line_ends(tokenizer: Any) -> list[int]:
+    """The end-of-sequence token and every token holding a newline: a one-line call's last token."""
+    ends = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
+    ends |= {i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])}
+    return sorted(ends)
 
 
 def _save(model: Any, tokenizer: Any, folder: Path) -> None:
@@ -468,6 +493,10 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     from .speed import resolve_precision
     from .stages import StageFolder
 
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # stages print their own progress lines
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's bars too
     started = time.perf_counter()
     out = Path(config.out)
     folder = StageFolder.open(out, asdict(config), resume=resume)

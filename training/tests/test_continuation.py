@@ -89,3 +89,53 @@ def test_consulting_states_are_those_where_the_policy_called_a_meta_action(exper
     consulting = consulting_states(rows)
     assert [row["position"] for row in consulting] == [n for n, name in enumerate(called) if name in META_ACTIONS]
     assert 0 < len(consulting) < len(rows)  # the expert also acts on the environment
+
+
+def test_reference_scorer_scores_the_continued_episode_with_the_reference_reward(expert_trace) -> None:
+    from evoharness_bpe_training.continuation import reference_scorer
+    from evoharness_bpe_training.reference_reward import ReferenceRewardWeights, reference_reward_from_trace
+
+    replies = [c.response for c in expert_trace.model_calls]
+    row = state_rows([expert_trace], lambda m, t: "")[2]
+    good = replies[2]["tool_calls"][0]["function"]
+    text = f'<tool_call>\n{{"name": "{good["name"]}", "arguments": {good["arguments"]}}}\n</tool_call>'
+    scores = {}
+    for update in (0, 150):
+        reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG, scorer=reference_scorer())
+        reward.policy = _Rest(replies, 2)
+        state = type("State", (), {"global_step": update})()
+        scores[update] = reward([row["prompt"]], [text], seed=[row["seed"]], difficulty=[1], replies=[row["replies"]],
+                                env=[row["env"]], trainer_state=state)[0]
+    weights = ReferenceRewardWeights()
+    assert scores[0] == pytest.approx(reference_reward_from_trace(expert_trace, 0, weights)[0])
+    assert scores[150] == pytest.approx(reference_reward_from_trace(expert_trace, 150, weights)[0])
+    assert scores[0] > scores[150]  # the diversity bonus anneals away over the updates
+
+
+def test_continuations_of_a_group_play_in_lockstep_and_score_as_played_alone(expert_trace) -> None:
+    replies = [c.response for c in expert_trace.model_calls]
+    row = state_rows([expert_trace], lambda m, t: "")[2]
+    good = replies[2]["tool_calls"][0]["function"]
+    texts = [f'<tool_call>\n{{"name": "{good["name"]}", "arguments": {good["arguments"]}}}\n</tool_call>', "no call at all"]
+    results = {}
+    for lockstep in (True, False):
+        reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG, lockstep=lockstep)
+        reward.policy = _StatelessExpert()
+        results[lockstep] = reward([row["prompt"]] * 2, texts, seed=[row["seed"]] * 2, difficulty=[1, 1],
+                                   replies=[row["replies"]] * 2, env=[row["env"]] * 2)
+    assert results[True] == results[False] and results[True][0] > results[True][1]
+    assert _StatelessExpert.batches and max(_StatelessExpert.batches) == 2  # both continuations in one round
+
+
+class _StatelessExpert:
+    """Answers every prompt with `finish` (no state across episodes), batching when asked."""
+
+    batches: list[int] = []
+
+    def complete(self, messages, tools):
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "end", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
+
+    def complete_batch(self, requests):
+        type(self).batches.append(len(requests))
+        return [self.complete(m, t) for m, t in requests]

@@ -33,6 +33,32 @@ def embedded_model_dir() -> str | None:
     return folder if os.path.exists(os.path.join(folder, EMBEDDED_GGUF)) else None
 
 
+def close_call(text: str) -> str:
+    """`text` with its open ``<tool_call>`` closed (a reply cut at the end of the call's line)."""
+    if text.startswith("<tool_call>") and "</tool_call>" not in text:
+        return text.rstrip() + "\n</tool_call>"
+    return text
+
+
+def _call_shape(tokenizer: Any, start: int, names: list[set[str]]) -> Any:
+    """A stopping criterion for replies that open with the prefill ``{"name": "``: a row stops as
+    soon as the tool name it writes is no longer the start of one of its offered tools' names
+    (such a reply can only be an invalid action), instead of running on to `max_new_tokens`."""
+    from transformers import StoppingCriteria  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    class CallShape(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            done = []
+            for row, offered in zip(input_ids, names):
+                written = tokenizer.decode(row[start : start + 24], skip_special_tokens=True)
+                name, quote, _ = written.partition('"')
+                done.append(name not in offered if quote else not any(n.startswith(name) for n in offered))
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return CallShape()
+
+
 def _chat(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
     """OpenAI messages → plain role/content turns with tool calls and results written as text."""
     out: list[dict[str, str]] = []
@@ -69,13 +95,15 @@ class TransformersPolicy:
     as the one a fine-tuned model was trained with); otherwise they are written as text.
     `chat_template_kwargs` go to the chat template (``{"enable_thinking": False}`` for Qwen3's). `prefill` starts every reply (the opening of a
     tool call by default, which keeps small models in the format); generation stops at
-    ``</tool_call>``. `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
+    ``</tool_call>`` (with `one_line_calls`, at the end of the first line: the prefill opens a
+    call whose JSON is one line, so a model that rambles stops there and the call is closed for
+    it). `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
     """
 
     def __init__(self, model: Any = None, *, tokenizer: Any = None, gguf_file: str | None = None, max_new_tokens: int = 96,
                  temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000,
                  prefill: str = '<tool_call>\n{"name": "', threads: int | None = None, native_tools: bool = False,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None, one_line_calls: bool = False) -> None:
         try:
             import torch  # noqa: PLC0415
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
@@ -88,6 +116,7 @@ class TransformersPolicy:
         self.temperature = temperature
         self.max_prompt_tokens = max_prompt_tokens
         self.prefill = prefill
+        self.one_line_calls = one_line_calls
         self.prompt_tokens: list[int] = []
         self._calls = 0
         if threads:
@@ -159,16 +188,21 @@ class TransformersPolicy:
         input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
         attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
         sample = self.temperature > 0
+        extra: dict[str, Any] = {}
+        if self.one_line_calls:
+            names = [{t["function"]["name"] for t in tools} for _, tools in requests]
+            extra["stopping_criteria"] = [_call_shape(self.tokenizer, width, names)]
         with torch.no_grad():
             out = self.model.generate(
                 input_ids, attention_mask=attention, max_new_tokens=self.max_new_tokens, do_sample=sample,
                 **({"temperature": self.temperature} if sample else {}), pad_token_id=pad,
-                stop_strings=["</tool_call>"], tokenizer=self.tokenizer,
+                stop_strings=["</tool_call>", "\n"] if self.one_line_calls else ["</tool_call>"], tokenizer=self.tokenizer,
+                **extra,
             )
         replies = []
         for row, (_, tools) in zip(out, requests):
             text = (self.prefill + self.tokenizer.decode(row[width:], skip_special_tokens=True)).strip()
-            replies.append(self._reply(text, tools))
+            replies.append(self._reply(close_call(text) if self.one_line_calls else text, tools))
         return replies
 
     def _reply(self, text: str, tools: list[dict[str, Any]]) -> ChatMessage:

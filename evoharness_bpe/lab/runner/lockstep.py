@@ -14,6 +14,7 @@ after another.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -49,8 +50,8 @@ class Lockstep(Generic[T]):
 
     `policy` answers a round with ``complete_batch(requests)`` (one reply per ``(messages,
     tools)``) when it has one, else with one ``complete`` per request. `max_batch` splits a large
-    round into batches of at most that many prompts. `on_round(size)` is called before each
-    batch (for progress lines); `rounds` and `batched` count what was generated.
+    round into batches of at most that many prompts. `on_round(size, seconds)` is called after
+    each batch (for progress lines); `rounds`, `batched` and `seconds` count what was generated.
     """
 
     def __init__(self, policy: Any, *, max_batch: int | None = None, on_round: Callable[[int], None] | None = None) -> None:
@@ -59,6 +60,7 @@ class Lockstep(Generic[T]):
         self.on_round = on_round
         self.rounds = 0
         self.batched: list[int] = []
+        self.seconds: list[float] = []
         self._cond = threading.Condition()
         self._tokenizer_lock = threading.Lock()
         self._pending: dict[Seat, Request] = {}
@@ -121,13 +123,15 @@ class Lockstep(Generic[T]):
             size = self.max_batch or len(round_)
             for start in range(0, len(round_), size):
                 chunk = round_[start : start + size]
-                if self.on_round is not None:
-                    self.on_round(len(chunk))
                 self.batched.append(len(chunk))
+                began = time.perf_counter()
                 try:
                     replies = self._complete([request for _, request in chunk])
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting episodes
                     replies = [exc] * len(chunk)
+                self.seconds.append(time.perf_counter() - began)
+                if self.on_round is not None:
+                    self.on_round(len(chunk), self.seconds[-1])
                 with self._cond:
                     for (seat, _), reply in zip(chunk, replies, strict=True):
                         self._answers[seat] = reply

@@ -1,0 +1,54 @@
+"""`TransformersPolicy.complete_batch`: one padded generation, the same replies as one at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.runner.core import run_episode
+
+
+@pytest.fixture(scope="module")
+def requests():
+    """Prompts of different lengths: calls of a real expert episode."""
+    env = make_env("crm-migration", 1)
+    trace = run_episode(env, ExpertPolicy(env), None, EpisodeConfig(seed=2, spec_style="compact", window=4))
+    return [(c.messages, trace.tools) for c in trace.model_calls[:5]]
+
+
+def _policy(tiny_dir, **options):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness_bpe.lab.policies import TransformersPolicy
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    return TransformersPolicy(model, tokenizer=tokenizer, native_tools=True, max_new_tokens=24, **options)
+
+
+def test_a_batch_gives_each_prompt_the_reply_it_gets_alone(tiny_dir, requests) -> None:
+    policy = _policy(tiny_dir)
+    alone = [policy.complete(m, t) for m, t in requests]
+    sizes = list(policy.prompt_tokens)
+    together = policy.complete_batch(requests)
+    assert len(set(sizes)) > 1  # the rows really are padded
+    assert [r.get("content") for r in together] == [r.get("content") for r in alone]
+    assert policy.prompt_tokens[len(sizes):] == sizes
+
+
+def test_one_line_calls_cut_a_reply_whose_tool_name_matches_no_tool(tiny_dir, requests) -> None:
+    from evoharness_bpe.lab.policies.transformers import close_call
+
+    rambling = _policy(tiny_dir)  # a random model writes no tool name
+    cut = _policy(tiny_dir, one_line_calls=True)
+    long = rambling.complete_batch(requests[:2])
+    short = cut.complete_batch(requests[:2])
+    tok = cut.tokenizer
+    for a, b in zip(long, short):
+        assert "tool_calls" not in b  # still an invalid action
+        assert len(tok(b["content"])["input_ids"]) < len(tok(a["content"])["input_ids"])
+    assert close_call('<tool_call>\n{"name": "finish", "arguments": {}}') == '<tool_call>\n{"name": "finish", "arguments": {}}\n</tool_call>'
+    assert close_call("no call") == "no call"
