@@ -80,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
         out=args.out, model=args.model, base_url=args.base_url, max_steps=args.max_steps, model_max_steps=model_steps,
         max_new_tokens=new_tokens, epsilon=args.epsilon,
         window=args.window, note=note, mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
-        store=args.store, api_key=args.api_key, games=args.game, ablate=args.ablate or [],
+        store=args.store, api_key=args.api_key, games=args.game, observations_in_belief=args.observations_in_belief, ablate=args.ablate or [],
         charge_meta_actions=not args.free_meta_actions, max_meta_actions=args.max_meta_actions,
         bank=args.bank, consolidate_every=args.consolidate_every, consolidator=args.consolidator,
         teacher_url=args.teacher, teacher_model=args.teacher_model, max_per_kind=args.max_per_kind,
@@ -328,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=_positive, help="model calls per episode (default: the environment's budget)")
     run.add_argument("--epsilon", type=fraction_below_one, default=0.1, help="mistake rate of the noisy expert, in [0, 1)")
     run.add_argument("--window", type=_at_least(2), default=12, help="recent messages kept by append and bpe")
+    run.add_argument("--observations-in-belief", action=argparse.BooleanOptionalAction, default=True,
+                     help="bpe and panels: also copy each environment result into Belief while it is whole in the "
+                     "recent window (--no-observations-in-belief: the window only; errors still open an exception)")
     run.add_argument("--bank", choices=["live", "frozen", "evolving"], default="live",
                      help="the Experience store: written as episodes run (live), only read (frozen), or evolved by "
                      "each combination from a copy in windows of --consolidate-every episodes (evolving)")
