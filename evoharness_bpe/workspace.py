@@ -429,7 +429,8 @@ class Workspace:
             f"(seen {h.entry.evidence}x, wins {h.entry.wins}, losses {h.entry.losses})"
             for h in hits
         ]
-        return f"{len(hits)} entries for {quote(args.query, 120)}:\n" + "\n".join(lines)
+        found = "1 entry" if len(hits) == 1 else f"{len(hits)} entries"
+        return f"{found} for {quote(args.query, 120)}:\n" + "\n".join(lines)
 
     def _note(self, args: NoteArgs) -> str:
         outcome = consolidate_note(

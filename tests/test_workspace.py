@@ -342,3 +342,14 @@ def test_async_twins_keep_store_io_off_the_event_loop() -> None:
 
     asyncio.run(blocking())
     assert store.violations == ["search"]
+
+
+def test_recall_counts_its_hits_in_good_english() -> None:
+    store = MemoryExperienceStore()
+    ws = Workspace("Migrate records", store=store)
+    assert ws.act("note", {"text": "the export pages hold 50 records each", "kind": "lesson"}).ok
+    one = ws.act("recall", {"query": "export pages records"})
+    assert one.ok and one.content.startswith("1 entry for «"), one.content
+    assert ws.act("note", {"text": "retry after a 429 with the retry-after header", "kind": "pitfall"}).ok
+    two = ws.act("recall", {"query": "export pages records retry 429 header"})
+    assert two.content.startswith("2 entries for «"), two.content

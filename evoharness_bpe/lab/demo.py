@@ -52,10 +52,14 @@ def run_demo(out_dir: str | Path = "evoharness-demo", *, echo: Callable[[str], N
         with TraceWriter(path) as writer:
             writer.write(ws.trace(messages=messages, outcome=Outcome(success=True), env="demo"))
         summary = ws.ledger.summary()
+        last = ws.snapshots[-1].tokens if ws.snapshots else 0
         echo(
             f"\n{summary.meta_action_calls} meta-actions ({summary.invalid_calls} refused), "
-            f"{summary.harness_tokens} harness tokens. Trace: {path}"
+            f"{summary.harness_tokens} harness tokens in all: {summary.harness_tokens - last} as the last dashboard "
+            f"counts them (the calls and the {summary.dashboard_renders - 1} dashboards before it), plus its own {last}."
         )
+        echo(f"wrote {path} (the episode's trace; `evoharness view {path}` shows it as a page) "
+             f"and {out / 'experience.db'} (its Experience store)")
         return path
     finally:
         store.close()

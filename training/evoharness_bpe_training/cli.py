@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.lab.cli import fraction_below_one
+from evoharness_bpe.lab.cli import DefaultsHelpFormatter, fraction_below_one
 
 __all__ = ["register", "main", "out_dir_problem"]
 
@@ -180,6 +180,7 @@ def parse_train_args(phase: str, argv: Sequence[str]) -> tuple[CommandArguments,
     unknown = parser.set_defaults_with_config(**preset.recipe(phase))
     if unknown:
         raise UserError(f"preset {preset.name} sets fields that {cls.__name__} lacks: {' '.join(unknown[::2])}")
+    parser.formatter_class = DefaultsHelpFormatter  # no "(default: None)" beside TRL's own "Defaults to …"
     one_line_errors(parser)
     try:
         command, config = parser.parse_args_and_config(argv)
@@ -279,7 +280,7 @@ def _print_dry_run(config: Any, preset: Any) -> int:
 def register(commands: Any) -> None:
     """Add ``export`` and ``train sft|grpo`` to the `evoharness` command."""
     export = commands.add_parser("export", help="turn traces into an SFT dataset (parquet or JSONL)",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                 formatter_class=DefaultsHelpFormatter)
     export.add_argument("traces", help="a JSONL trace file or a folder of them")
     export.add_argument("--out", required=True, default=argparse.SUPPRESS, help="output folder (train and eval files)")
     export.add_argument("--format", choices=("parquet", "jsonl"), default="parquet", help="file format")
