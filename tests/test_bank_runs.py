@@ -153,15 +153,16 @@ def test_an_evolving_run_with_the_model_consolidator(tmp_path: Path) -> None:
 
 
 # -- infrastructure failures -------------------------------------------------------------------------
-def _expert_server(**kwargs: Any) -> QuirkyServer:
-    expert = ExpertPolicy(make_env("compliance-review", 1))
+def _expert_server(env: str = "compliance-review", server: type[QuirkyServer] = QuirkyServer, **kwargs: Any) -> QuirkyServer:
+    """A scripted OpenAI-compatible server whose replies are the expert's for `env`."""
+    expert = ExpertPolicy(make_env(env, 1))
 
     def turn(body: dict[str, Any]) -> Any:
         reply = expert.complete(body["messages"], body["tools"])
         calls = reply.get("tool_calls") or []
         return [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}")) for c in calls] or str(reply.get("content"))
 
-    return QuirkyServer(turn, refuse_null_content=False, grammar_limit=False, **kwargs)
+    return server(turn, refuse_null_content=False, grammar_limit=False, **kwargs)
 
 
 def test_a_server_error_is_retried_and_the_episode_counts_once(tmp_path: Path) -> None:
@@ -201,3 +202,34 @@ def test_a_client_error_still_stops_the_run(tmp_path: Path) -> None:
     with Refusing([]) as srv, pytest.raises(PolicyError, match="401"):
         run_suite(RunConfig(envs=["compliance-review"], policies=["openai"], harnesses=["none"], model="m",
                             base_url=srv.url, out=tmp_path / "r", retry_backoff=0))
+
+
+def test_a_live_store_loses_what_a_failed_attempt_wrote(tmp_path: Path) -> None:
+    class FailsAfterANote(QuirkyServer):
+        """503, more times than the SDK retries, on the first request after it answered with a note."""
+
+        failures, armed = 0, False
+
+        def _answer(self, body: dict[str, Any]) -> tuple[int, Any]:
+            if self.armed and self.failures < 3:
+                self.failures += 1
+                return 503, {"error": {"message": "overloaded"}}
+            status, payload = super()._answer(body)
+            calls = payload["choices"][0]["message"].get("tool_calls") or [] if isinstance(payload, dict) else []
+            self.armed = self.armed or any(c["function"]["name"] == "note" for c in calls)
+            return status, payload
+
+    def run(server: QuirkyServer, out: Path) -> list[Any]:
+        with server as srv:
+            run_suite(RunConfig(envs=["crm-migration"], policies=["openai"], harnesses=["bpe"], model="m",
+                                base_url=srv.url, out=out, retry_backoff=0))
+        store = SQLiteExperienceStore(out / "experience.db")
+        entries = sorted((e.text, e.evidence, e.uses) for e in store.list(("evoharness", "crm-migration", "openai")))
+        store.close()
+        return entries
+
+    failing = _expert_server("crm-migration", FailsAfterANote)
+    after_retry = run(failing, tmp_path / "retried")
+    assert failing.failures == 3 and _traces(tmp_path / "retried")[0].metadata["attempts"] == 2
+    clean = run(_expert_server("crm-migration"), tmp_path / "clean")
+    assert after_retry == clean and clean  # the failed attempt's notes were dropped, none written twice
