@@ -88,6 +88,8 @@ class ReproduceConfig:
     grpo_generations: int = field(default=4, metadata={"help": "Sampled actions per state (the group)."})
     grpo_state_episodes: int = field(default=8, metadata={"help": "SFT-policy episodes per GRPO difficulty whose states GRPO trains on."})
     grpo_difficulties: str = field(default="1", metadata={"help": "Difficulties whose states GRPO trains on (continuations of longer episodes cost more)."})
+    grpo_eval_difficulties: str = field(default="", metadata={"help": "Difficulties the GRPO policy is evaluated at (empty: all of "
+                                                                           "--difficulties); target (c) then uses the last stage that has both."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
@@ -281,11 +283,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _evaluate(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, out: Path, log: Any, precision: str) -> dict[str, Any]:
+def _evaluate(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, out: Path, log: Any, precision: str,
+              levels: list[int] | None = None) -> dict[str, Any]:
     from .speed import inference_copy
 
     started = time.perf_counter()
-    seeds = {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in config.levels()}
+    seeds = {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in (levels or config.levels())}
     policy = _policy(inference_copy(model, precision), tokenizer, config)
     traces = _play(policy, config, seeds, out / f"eval-{stage}.jsonl", log=log, stage=stage)
     summary = _summary(stage, traces, time.perf_counter() - started)
@@ -322,7 +325,8 @@ def _train_kwargs(config: ReproduceConfig, precision: str) -> dict[str, Any]:
     import torch
 
     return {"bf16": precision == "bf16", "use_cpu": not torch.cuda.is_available(), "report_to": "none",
-            "save_strategy": "no", "seed": config.seed, "disable_tqdm": True}
+            "save_strategy": "no", "seed": config.seed, "disable_tqdm": True,
+            "activation_checkpointing": False}  # TRL's default recomputes every forward: 1.6x a LoRA step here
 
 
 def _lora(model: Any, config: ReproduceConfig) -> Any:
@@ -337,7 +341,11 @@ def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out:
     peft_config = _lora(model, config)
     recipe = SFTRecipeConfig(model_name_or_path=config.model, use_peft=peft_config is not None, output_dir=str(out / "sft"),
                              num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
-                             per_device_train_batch_size=config.sft_batch_size, max_length=4096, eval_fraction=0.0,
+                             # a pretrained model: one row a pass (no padding to the batch's longest row), the batch by
+                             # accumulation; the small student gains more from batching than it loses to padding
+                             per_device_train_batch_size=1 if peft_config is not None else config.sft_batch_size,
+                             gradient_accumulation_steps=config.sft_batch_size if peft_config is not None else 1,
+                             max_length=4096, eval_fraction=0.0,
                              deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
                              **_train_kwargs(config, precision))
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
@@ -573,7 +581,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         reward_log = [json.loads(line) for line in rewards_path.read_text("utf-8").splitlines() if line.strip()]
         base, tokenizer = _base_model(config, out, dataset) if config.model != "student" else (None, tokenizer)
         model = _load_trained(base, out / "grpo" / "model") if base is not None else _load_trained(model, out / "grpo" / "model")
-        results.append(folder.run("grpo", lambda: _evaluate("grpo", model, tokenizer, config, out, log, precision), log))
+        grpo_levels = [int(x) for x in str(config.grpo_eval_difficulties).split(",") if x.strip()] or None
+        results.append(folder.run("grpo", lambda: _evaluate("grpo", model, tokenizer, config, out, log, precision, grpo_levels), log))
 
     summary = {
         "config": asdict(config),

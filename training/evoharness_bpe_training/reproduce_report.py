@@ -36,7 +36,7 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "measured": f"{ratio:.2f}× ({grpo['meta_calls']:.1f} vs {sft['meta_calls']:.1f}); success "
                                      f"{grpo['success']:.2f} vs {sft['success']:.2f}",
                          "met": ratio <= 0.7 and grpo["success"] >= sft["success"] - 0.05})
-    final = "grpo" if grpo else "sft"
+    final = next((s for s in ("grpo", "sft") if _level(results, s, "1") and _level(results, s, "2")), "grpo" if grpo else "sft")
     one, two = _level(results, final, "1"), _level(results, final, "2")
     if one and two:
         verdicts.append({"target": f"(c) meta-calls per env step higher at difficulty 2 than at 1 ({final} policy)",

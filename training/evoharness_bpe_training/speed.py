@@ -63,9 +63,22 @@ def lora_config(model: Any, *, r: int, alpha: int, top_layers: int = 0, dropout:
     total = decoder_layers(model)
     if top_layers < 0 or top_layers > total:
         raise UserError(f"--lora-layers must be between 0 (all) and {total}, got {top_layers}")
-    layers = list(range(total - top_layers, total)) if top_layers else None
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear", task_type="CAUSAL_LM",
-                      layers_to_transform=layers, layers_pattern="layers" if layers else None)
+    if not top_layers:
+        return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear", task_type="CAUSAL_LM")
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=_layer_linears(model), task_type="CAUSAL_LM",
+                      layers_to_transform=list(range(total - top_layers, total)), layers_pattern="layers")
+
+
+def _layer_linears(model: Any) -> list[str]:
+    """The names of the linear layers inside the decoder layers (PEFT's "all-linear", spelt out:
+    PEFT takes a layer range only with a list of names)."""
+    import torch
+
+    names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}"}
+    if not names:
+        raise UserError(f"{type(model).__name__} has no linear layers under `layers`; LoRA layers cannot be chosen")
+    return sorted(names)
 
 
 def inference_copy(model: Any, precision: str) -> Any:
