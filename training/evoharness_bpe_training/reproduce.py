@@ -611,18 +611,32 @@ def _loadavg() -> list[float] | None:
 # -- command line ---------------------------------------------------------------------------
 def register(commands: Any) -> None:
     """Add ``evoharness reproduce`` to the CLI's sub-parsers."""
-    parser = commands.add_parser("reproduce", help="the miniature reproduction: raw → SFT → cost-aware GRPO, with a report")
-    parser.add_argument("--preset", default=None, choices=PRESETS, help="settings to start from (default: cpu)")
+    parser = commands.add_parser("reproduce", help="the miniature reproduction: raw → SFT → cost-aware GRPO, with a report",
+                                 description="Each flag's value comes from the preset (--preset, default cpu) unless given; "
+                                             "the values shown are the cpu preset's.")
+    parser.add_argument("--preset", default=None, choices=PRESETS, help="settings to start from (default: cpu; tiny is a smoke "
+                                                                        "test of the pipeline, not a result)")
     parser.add_argument("--resume", metavar="OUT", default=None,
                         help="continue the run in OUT at its first unfinished stage (refused if a flag differs from its config)")
+    shown = _preset_values("cpu")
     for f in fields(ReproduceConfig):
         flag = "--" + f.name.replace("_", "-")
         kind = type(f.default) if f.default is not None else str
+        value = shown.get(f.name, f.default)
+        text = f.metadata["help"] + ("" if f.name == "out" or value in ("", None) else f" (cpu: {value})")
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"])
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            parser.add_argument(flag, type=kind, default=None, help=f.metadata["help"])
+            parser.add_argument(flag, type=kind, default=None, help=text)
     parser.set_defaults(handler=_main)
+
+
+def _preset_values(name: str) -> dict[str, Any]:
+    """The fields a preset sets, with the config's defaults for the rest (for help texts)."""
+    try:
+        return asdict(load_reproduce_preset(name))
+    except (UserError, OSError, ImportError):
+        return {}
 
 
 def resume_config(folder: str | Path, preset: str | None = None, **overrides: Any) -> ReproduceConfig:

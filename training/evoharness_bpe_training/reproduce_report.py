@@ -48,10 +48,12 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def write_report(summary: dict[str, Any], out: Path) -> Path:
     """``report.md`` with the table, the verdicts and the plots (PNG files beside it)."""
     results = summary["results"]
-    lines = ["# Miniature reproduction", "",
+    smoke = summary["config"].get("eval_episodes", 0) < 5
+    lines = ["# Miniature reproduction" + (" (a smoke test of the pipeline, not a result)" if smoke else ""), "",
              f"Policy `{summary['config']['model']}`, environment `{summary['config']['env']}`, harness `bpe`, "
              f"{summary['config']['eval_episodes']} held-out episodes per stage and difficulty; wall time "
              f"{summary['wall_s']:.0f} s.", "",
+             *_stage_lines(summary),
              "| stage | difficulty | success | score | meta-calls/ep | track | commit | recall | note | env steps/ep "
              "| meta/step | harness tokens/ep | invalid/ep | prompt tokens mean / max |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -70,6 +72,19 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n", "utf-8")
     return path
+
+
+def _stage_lines(summary: dict[str, Any]) -> list[str]:
+    """Wall time of every stage and the machine's load, when the run recorded them."""
+    walls = summary.get("stage_wall_s") or {}
+    if not walls:
+        return []
+    machine = summary.get("machine") or {}
+    lines = ["| stage | wall time |", "|---|---|"] + [f"| {stage} | {wall / 60:.1f} min |" for stage, wall in walls.items()]
+    if machine:
+        lines += ["", f"Precision {machine.get('precision')}, {machine.get('threads')} torch threads, load average "
+                      f"{machine.get('load_at_start')} at the start and {machine.get('load_at_end')} at the end."]
+    return lines + [""]
 
 
 def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
@@ -96,6 +111,8 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
         ax.set_xticks([n + width * (len(levels) - 1) / 2 for n in range(len(stages))], stages)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
+        top = max([r["levels"].get(level, {}).get(key, 0.0) for r in results for level in levels] + [0.0])
+        ax.set_ylim(0.0, 1.05 if key == "success" else max(top * 1.15, 1e-9) if top > 0 else 1.0)  # rates and counts start at 0
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
         fig.tight_layout()
         path = out / name
@@ -133,11 +150,12 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
         mean = lambda key, s: sum(r[key] for r in curve if r["step"] == s) / max(1, sum(1 for r in curve if r["step"] == s))  # noqa: E731
         fig, left = plt.subplots(figsize=(8, 3.8))
         left.plot(steps, [mean("reward", s) for s in steps], "-o", markersize=3, label="reward")
-        left.plot(steps, [mean("success", s) for s in steps], "--", label="success")
+        left.plot(steps, [mean("success", s) for s in steps], "--s", markersize=3, label="success")  # a one-step curve is a point
         left.set_xlabel("GRPO step")
         left.set_ylabel("reward / success")
         right = left.twinx()
-        right.plot(steps, [mean("meta_calls", s) for s in steps], ":", color="tab:red", label="meta-calls/episode")
+        right.plot(steps, [mean("meta_calls", s) for s in steps], ":^", markersize=3, color="tab:red", label="meta-calls/episode")
+        right.set_ylim(bottom=0.0)
         right.set_ylabel("meta-action calls per episode")
         left.xaxis.get_major_locator().set_params(integer=True)
         handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]

@@ -98,3 +98,13 @@ def test_lockstep_evaluation_equals_one_episode_after_another(interrupted, tmp_p
 
     assert [view(t) for t in together] == [view(t) for t in alone]
     assert sum(len(t.model_calls) for t in together) > 4
+
+
+def test_reproduce_help_shows_the_cpu_presets_values_and_no_none() -> None:
+    import subprocess
+    import sys
+
+    text = subprocess.run([sys.executable, "-m", "evoharness_bpe.lab.cli", "reproduce", "--help"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "None" not in text and "(cpu: smollm2-135m)" in text and "--resume OUT" in text
+    assert " ".join(text.split()).count("(cpu: 10)") >= 2  # eval episodes and LoRA layers

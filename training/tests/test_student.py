@@ -60,6 +60,8 @@ def test_reproduce_smoke_run_writes_the_report(tmp_path: Path) -> None:
     assert {t["target"][:3] for t in summary["targets"]} == {"(a)", "(b)", "(c)"}
     assert summary["grpo_curve"] and all("reward" in r for r in summary["grpo_curve"])
     report = (tmp_path / "report.md").read_text()
+    assert "(a smoke test of the pipeline, not a result)" in report.splitlines()[0]
+    assert "| sft-train |" in report and "torch threads, load average" in report  # wall time per stage, the machine
     for name in ("success.png", "meta_by_kind.png", "harness_tokens.png", "grpo_curves.png"):
         assert (tmp_path / name).stat().st_size > 1000 and name in report
     for stage in ("raw", "sft", "grpo"):
