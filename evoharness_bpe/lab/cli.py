@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         charge_meta_actions=not args.free_meta_actions, max_meta_actions=args.max_meta_actions,
         bank=args.bank, consolidate_every=args.consolidate_every, consolidator=args.consolidator,
         teacher_url=args.teacher, teacher_model=args.teacher_model, max_per_kind=args.max_per_kind,
-        delete_veto=args.delete_veto, retries=args.retries,
+        delete_veto=args.delete_veto, retries=args.retries, action_syntax=args.action_syntax,
     )
     try:
         data = run_suite(config)
@@ -321,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--free-meta-actions", action="store_true", help="meta-action-only model calls spend no step "
                      "(default: every model call spends one, as in the reference)")
     run.add_argument("--max-meta-actions", type=int, help="meta-action calls per episode; later ones are refused")
+    run.add_argument("--action-syntax", choices=["tools", "text"], default="tools",
+                     help="how the local and openai policies act: tool calls, or <action>verb [argument]</action> text "
+                     "(for models and servers without tool calling; the expert policies always call tools)")
     run.add_argument("--framework", nargs="+", help="core or an installed integration (langgraph, llamaindex)")
     run.add_argument("--episodes", type=_positive, default=1, help="episodes per combination")
     run.add_argument("--seed", type=int, default=0, help="first seed")

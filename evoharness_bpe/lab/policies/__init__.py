@@ -1,5 +1,8 @@
 """Policies: scripted experts, a local Hugging Face model, any OpenAI-compatible endpoint.
 
+`TextActionPolicy` wraps a policy that answers text so that it acts with
+``<action>verb [argument]</action>`` instead of tool calls.
+
 The model-backed policies import their dependencies lazily (``transformers``/``torch`` only when a
 `TransformersPolicy` is built).
 """
@@ -7,6 +10,7 @@ The model-backed policies import their dependencies lazily (``transformers``/``t
 from .expert import ExpertPolicy
 from .noisy import NoisyExpertPolicy
 from .openai import OpenAICompatiblePolicy
+from .textactions import ActionSyntaxError, TextActionPolicy, actions_prompt, parse_actions, render_action
 from .toolcalls import parse_tool_calls, tools_system_prompt
 from .transformers import TransformersPolicy, embedded_model_dir
 
@@ -15,6 +19,11 @@ __all__ = [
     "NoisyExpertPolicy",
     "TransformersPolicy",
     "OpenAICompatiblePolicy",
+    "TextActionPolicy",
+    "ActionSyntaxError",
+    "actions_prompt",
+    "parse_actions",
+    "render_action",
     "embedded_model_dir",
     "parse_tool_calls",
     "tools_system_prompt",

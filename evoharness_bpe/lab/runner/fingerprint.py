@@ -7,9 +7,9 @@ step budget, seed, step limit, window, namespace, dashboard budget, system promp
 the prompt data files, the package version, the framework, the environment (name, class,
 difficulty, TextWorld game files), the policy (kind and what shapes its replies: the noisy
 expert's mistake rate, the local model's files and reply length, the endpoint's model and
-sampling settings — never an API key), the bank mode, and, when the bank is frozen, the hash of
-what the Experience namespace holds. What does not change the policy's inputs (the output
-folder, progress, retries) stays out.
+sampling settings — never an API key — and, with ``<action>`` text, the syntax and its texts),
+the bank mode, and, when the bank is frozen, the hash of what the Experience namespace holds.
+What does not change the policy's inputs (the output folder, progress, retries) stays out.
 """
 
 from __future__ import annotations
@@ -59,6 +59,15 @@ def policy_identity(kind: str, config: Any) -> dict[str, Any]:
         return {"kind": kind}
     if kind == "noisy":
         return {"kind": kind, "epsilon": config.epsilon}
+    identity = _policy_identity(kind, config)
+    if getattr(config, "action_syntax", "tools") == "text":  # tool-call runs keep the fingerprints they had
+        from ..policies.textactions import text_actions_data  # noqa: PLC0415
+
+        identity["action_syntax"] = {"syntax": "text", "texts": text_actions_data()}
+    return identity
+
+
+def _policy_identity(kind: str, config: Any) -> dict[str, Any]:
     if kind == "local":
         folder = Path(str(config.model)).resolve()
         files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()) \

@@ -98,6 +98,9 @@ class RunConfig:
     delete_veto: int = field(default=3, metadata={"help": "an entry recalled this many times cannot be deleted"})
     retries: int = field(default=2, metadata={"help": "retries of an episode whose model server failed (5xx, timeout)"})
     retry_backoff: float = field(default=2.0, metadata={"help": "seconds before the first retry (doubling)"})
+    action_syntax: str = field(default="tools", metadata={
+        "help": "how the local and openai policies act: tool calls (tools) or <action>verb [argument]</action> text "
+                "(text, for models and servers without tool calling; the expert policies always call tools)"})
 
     def __post_init__(self) -> None:
         for p in self.policies:
@@ -128,6 +131,10 @@ class RunConfig:
         if self.bank == "evolving" and self.mode == "resume":
             raise UserError("an evolving run cannot be resumed: its bank depends on every episode before; run it again "
                             "with --overwrite (it starts from its seed bank)")
+        from ..policies.textactions import ACTION_SYNTAXES  # noqa: PLC0415 - the policies load on first use
+
+        if self.action_syntax not in ACTION_SYNTAXES:
+            raise UserError(f"--action-syntax must be {' or '.join(ACTION_SYNTAXES)}, not {self.action_syntax!r}")
         if self.consolidator not in ("rules", "model"):
             raise UserError(f"--consolidator must be rules or model, not {self.consolidator!r}")
         if self.teacher_url and not self.teacher_url.startswith(("http://", "https://")):
@@ -165,8 +172,10 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
         if kind == "local":
             from ..policies.transformers import TransformersPolicy  # noqa: PLC0415
 
+            # text actions: the reply opens an action, and ends with its line
+            text = {"prefill": "<action>", "one_line_calls": True} if config.action_syntax == "text" else {}
             try:
-                cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens)
+                cache[kind] = TransformersPolicy(config.model, max_new_tokens=config.max_new_tokens, **text)
             except UserError:
                 raise
             except Exception as exc:  # noqa: BLE001 - transformers raises many types for a bad folder
@@ -176,6 +185,10 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
             from ..policies.openai import OpenAICompatiblePolicy  # noqa: PLC0415
 
             cache[kind] = OpenAICompatiblePolicy(str(config.model), config.base_url, api_key=config.api_key)
+        if config.action_syntax == "text":
+            from ..policies.textactions import TextActionPolicy  # noqa: PLC0415
+
+            cache[kind] = TextActionPolicy(cache[kind])
     return cache[kind]
 
 
