@@ -97,7 +97,8 @@ class TransformersPolicy:
     tool call by default, which keeps small models in the format); generation stops at
     ``</tool_call>`` (with `one_line_calls`, at the end of the first line: the prefill opens a
     call whose JSON is one line, so a model that rambles stops there and the call is closed for
-    it). `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
+    it; with the default prefill a reply also stops as soon as the tool name it writes matches no
+    offered tool). `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
     """
 
     def __init__(self, model: Any = None, *, tokenizer: Any = None, gguf_file: str | None = None, max_new_tokens: int = 96,
@@ -189,7 +190,7 @@ class TransformersPolicy:
         attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
         sample = self.temperature > 0
         extra: dict[str, Any] = {}
-        if self.one_line_calls:
+        if self.one_line_calls and self.prefill.endswith('"name": "'):  # the reply starts with the tool's name
             names = [{t["function"]["name"] for t in tools} for _, tools in requests]
             extra["stopping_criteria"] = [_call_shape(self.tokenizer, width, names)]
         with torch.no_grad():
