@@ -115,6 +115,25 @@ def test_environment_tools_take_a_bare_value_or_a_json_object() -> None:
         '<action>decide {"transaction_id": "T1", "decision": "flag"}</action>'
 
 
+def test_an_action_without_a_verb_goes_to_the_environments_one_tool_as_in_the_reference() -> None:
+    tools = episode_tools(make_env("alfworld"), "bpe")
+    policy = TextActionPolicy(ScriptedPolicy([]), default_tool="auto")
+    assert policy.resolve_default_tool(tools) == "act"
+    assert policy.resolve_default_tool(episode_tools(make_env("crm-migration"), "bpe")) is None  # several tools: none
+    with pytest.raises(ActionSyntaxError, match="unknown verb 'go'"):
+        parse_actions("<action>go to countertop 1</action>", tools)
+    calls = parse_actions("<action>go to countertop 1</action><action>recall heat task</action>", tools, default_tool="act")
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("act", {"command": "go to countertop 1"}), ("recall", {"query": "heat task"})]
+    for name, args in _expert_calls("alfworld"):
+        text = render_action(_call(name, args), tools, default_tool="act")
+        assert parse_actions(text, tools, default_tool="act")[0]["function"] == {"name": name, "arguments": json.dumps(args)}
+        if name == "act" and not args["command"].split()[0] in {"track", "commit", "recall", "note", "act"}:
+            assert text == f"<action>{args['command']}</action>"  # written as the reference writes it
+    block = policy.render_messages([{"role": "system", "content": "sys"}], tools)[0]["content"]
+    assert "- <action><command></action> or <action>act <command></action>" in block
+
+
 def test_the_instruction_block_lists_every_tool_offered_with_its_form() -> None:
     tools = episode_tools(make_env("crm-migration"), "bpe")
     block = actions_prompt(tools)

@@ -45,7 +45,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ...actions import MAX_ARGUMENT_CHARS, MAX_ARGUMENT_DEPTH
+from ...actions import MAX_ARGUMENT_CHARS, MAX_ARGUMENT_DEPTH, META_ACTIONS
 from ...exceptions import MetaActionError
 from ...harness import prompt_text
 from ..policy import ChatMessage, Policy
@@ -184,19 +184,26 @@ def _expected(name: str, fn: Mapping[str, Any]) -> str:
     return f"<action>{_form(name, fn)}</action>"
 
 
-def actions_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
+def actions_prompt(tools: Sequence[Mapping[str, Any]], *, default_tool: str | None = None) -> str:
     """The instruction block of the text syntax for `tools` (OpenAI function specs): the form of
     the actions, one line per verb (how it is written, then the tool's description) and how
-    arguments are given. It goes into the system prompt in place of the tools."""
+    arguments are given. It goes into the system prompt in place of the tools.
+
+    With `default_tool` (a tool of one parameter), an action that starts with no verb is that
+    tool's argument: the reference's ``<action>go to countertop 1</action>``.
+    """
     data = text_actions_data()
     functions = _functions(tools)
+    default_tool = default_tool if default_tool in functions else None
     lines = [data["header"]]
     for name, fn in functions.items():
         line = f"- <action>{_form(name, fn)}</action>"
+        if name == default_tool:
+            line = f"- <action><{_target(*_params(fn))}></action> or {line[2:]}"
         description = str(fn.get("description") or "").strip()
         if description:
             line += f": {description}"
-        extras = []
+        extras = [data["default_tool"].format(name=name)] if name == default_tool else []
         pair = _pair(name, _params(fn)[0])
         if pair is not None and pair.get("default"):
             extras.append(data["pair_default"].format(verb=name, first=pair["fields"][0], default=pair["default"]))
@@ -314,7 +321,7 @@ def _arguments(name: str, fn: Mapping[str, Any], rest: str) -> dict[str, Any]:
     return {target: _scalar(name, target, props[target], rest, fn)}
 
 
-def _parse_one(body: str, functions: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
+def _parse_one(body: str, functions: Mapping[str, Mapping[str, Any]], default: str | None = None) -> tuple[str, dict[str, Any]]:
     verbs = ", ".join(functions)
     body = _unquote(body.strip())
     if not body:
@@ -324,6 +331,8 @@ def _parse_one(body: str, functions: Mapping[str, Mapping[str, Any]]) -> tuple[s
     match = _VERB_RE.match(body)
     word, rest = (match.group(1), match.group(2).strip()) if match else (body, "")
     name = {n.lower(): n for n in functions}.get(word.lower())
+    if name is None and default is not None:
+        return default, _arguments(default, functions[default], body)
     if name is None:
         raise ActionSyntaxError(f"unknown verb {_short(word)!r}; the verbs are {verbs}; expected <action>verb [argument]</action>",
                                 action=_short(word))
@@ -333,21 +342,24 @@ def _parse_one(body: str, functions: Mapping[str, Mapping[str, Any]]) -> tuple[s
     return name, _arguments(name, functions[name], rest)
 
 
-def parse_actions(text: str | None, tools: Sequence[Mapping[str, Any]], *, id_prefix: str = "action") -> list[dict[str, Any]]:
+def parse_actions(text: str | None, tools: Sequence[Mapping[str, Any]], *, id_prefix: str = "action",
+                  default_tool: str | None = None) -> list[dict[str, Any]]:
     """The tool calls of the ``<action>…</action>`` tags in `text`, in order, as
     ``{"id", "type": "function", "function": {"name", "arguments": <JSON string>}}``.
 
     Empty when `text` holds no action. One malformed action raises `ActionSyntaxError` for the
-    whole reply (none of its actions is called); so does an ``<action>`` left open.
+    whole reply (none of its actions is called); so does an ``<action>`` left open. An action
+    that starts with no verb is the argument of `default_tool`, when that tool is offered.
     """
     text = text or ""
     bodies = _ACTION_RE.findall(text)
     if len(_OPEN_RE.findall(text)) > len(bodies):
         raise ActionSyntaxError("an <action> tag is not closed; expected <action>verb [argument]</action>")
     functions = _functions(tools)
+    default = default_tool if default_tool in functions else None
     calls = []
     for n, body in enumerate(bodies):
-        name, args = _parse_one(body, functions)
+        name, args = _parse_one(body, functions, default)
         calls.append({"id": f"{id_prefix}_{n}", "type": "function",
                       "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}})
     return calls
@@ -371,9 +383,10 @@ def _bare(value: Any) -> str | None:
     return None
 
 
-def render_action(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]) -> str:
+def render_action(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], *, default_tool: str | None = None) -> str:
     """A tool call written as ``<action>…</action>``: the shortest form that `parse_actions`
-    reads back into the same name and arguments (bare, shorthand, else a JSON object)."""
+    (with the same `default_tool`) reads back into the same name and arguments (bare,
+    shorthand, else a JSON object)."""
     fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
     name = str(fn.get("name"))  # type: ignore[union-attr]
     raw = fn.get("arguments")  # type: ignore[union-attr]
@@ -397,14 +410,14 @@ def render_action(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]) -
         if len(args) == 1:
             bare = _bare(next(iter(args.values())))
             if bare is not None:
-                candidates.append(f"{name} {bare}")
+                candidates.extend([bare, f"{name} {bare}"] if name == default_tool else [f"{name} {bare}"])
     for candidate in candidates:
         text = f"<action>{candidate}</action>"
         try:
-            back = parse_actions(text, tools)
+            back = parse_actions(text, tools, default_tool=default_tool)
         except ActionSyntaxError:
             continue
-        if len(back) == 1 and json.loads(back[0]["function"]["arguments"]) == args:
+        if len(back) == 1 and back[0]["function"]["name"] == name and json.loads(back[0]["function"]["arguments"]) == args:
             return text
     return f"<action>{name} {json.dumps(args, ensure_ascii=False).replace('</', '<' + chr(92) + '/')}</action>"
 
@@ -423,16 +436,35 @@ class TextActionPolicy:
     invalid action, nothing is called) and with the readable error appended to its content in
     ``<action_error>`` tags; on the next call the error is what `inner` reads in place of the
     loop's nudge (whose example is a tool call), so the model learns what to fix.
+
+    `default_tool` names the tool an action without a verb goes to (`parse_actions`);
+    ``"auto"``: the environment's tool when it offers just one, of one text parameter (ALFWorld's
+    and TextWorld's ``act``), so ``<action>go to countertop 1</action>`` is read as the reference
+    writes it.
     """
 
-    def __init__(self, inner: Policy) -> None:
+    def __init__(self, inner: Policy, *, default_tool: str | None = None) -> None:
         self.inner = inner
+        self.default_tool = default_tool
         self._replies = 0
+
+    def resolve_default_tool(self, tools: Sequence[Mapping[str, Any]]) -> str | None:
+        """The tool an action without a verb goes to, among `tools` (None: such an action is refused)."""
+        functions = _functions(tools)
+        if self.default_tool != "auto":
+            return self.default_tool if self.default_tool in functions else None
+        env = [name for name in functions if name not in META_ACTIONS]
+        if len(env) != 1:
+            return None
+        props, required = _params(functions[env[0]])
+        target = _target(props, required)
+        return env[0] if target is not None and _type(props[target]) == "string" else None
 
     def render_messages(self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]]) -> list[ChatMessage]:
         """The conversation as `inner` sees it: text only, the instruction block in the system prompt."""
         data = text_actions_data()
-        block = actions_prompt(tools)
+        default = self.resolve_default_tool(tools)
+        block = actions_prompt(tools, default_tool=default)
         nudge = prompt_text("nudge")
         functions = _functions(tools)
         first = next(iter(functions.items()), None)
@@ -465,7 +497,7 @@ class TextActionPolicy:
                 parts = [text.strip()] if text.strip() else []
                 for call in message.get("tool_calls") or ():
                     names[str(call.get("id"))] = str((call.get("function") or {}).get("name"))
-                    parts.append(render_action(call, tools))
+                    parts.append(render_action(call, tools, default_tool=default))
                 out.append({"role": "assistant", "content": "\n".join(parts)})
             elif role == "tool":
                 name = message.get("name") or names.get(str(message.get("tool_call_id")), "tool")
@@ -486,13 +518,14 @@ class TextActionPolicy:
     def read_reply(self, reply: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]) -> ChatMessage:
         """`inner`'s reply as the loop reads it: the actions as tool calls, or the error."""
         self._replies += 1
+        default = self.resolve_default_tool(tools)
         content = reply.get("content")
         text = content if isinstance(content, str) else ""
         if not _OPEN_RE.search(text) and reply.get("tool_calls"):
             # a server that called tools though none was offered: read them as the actions they are
-            text = "\n".join([text, *(render_action(c, tools) for c in reply["tool_calls"])]).strip()
+            text = "\n".join([text, *(render_action(c, tools, default_tool=default) for c in reply["tool_calls"])]).strip()
         try:
-            calls = parse_actions(text, tools, id_prefix=f"action_{self._replies}")
+            calls = parse_actions(text, tools, id_prefix=f"action_{self._replies}", default_tool=default)
             if not calls:
                 first = next(iter(_functions(tools).items()), None)
                 example = f"<action>{_example(*first)}</action>" if first else "<action>verb [argument]</action>"

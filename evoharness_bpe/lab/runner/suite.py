@@ -188,7 +188,7 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
         if config.action_syntax == "text":
             from ..policies.textactions import TextActionPolicy  # noqa: PLC0415
 
-            cache[kind] = TextActionPolicy(cache[kind])
+            cache[kind] = TextActionPolicy(cache[kind], default_tool="auto")  # ALFWorld: <action>go to desk 1</action>
     return cache[kind]
 
 
