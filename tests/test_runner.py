@@ -120,6 +120,25 @@ def test_run_without_the_embedded_model_falls_back_to_experts(tmp_path: Path, mo
     assert {r["env"] for r in data["episodes"]} == {"crm-migration", "compliance-review"}
 
 
+def test_the_main_job_plays_a_horizon_where_the_harness_pays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import evoharness_bpe.lab.policies.transformers as local
+
+    monkeypatch.setattr(local, "embedded_model_dir", lambda: None)  # the experts alone: the same episodes, fast
+    assert main(["run", "--out", str(tmp_path / "r")]) == 0
+    from evoharness_bpe import read_traces
+
+    traces = list(read_traces(tmp_path / "r" / "traces.jsonl"))
+    assert {t.metadata["difficulty"] for t in traces} == {2}
+    per_step = {}
+    for t in traces:
+        tokens = t.metadata["prompt_tokens"]
+        per_step.setdefault((t.env, t.harness), []).append(sum(tokens) / len(tokens))
+    for env in ("crm-migration", "compliance-review"):
+        assert min(per_step[(env, "bpe")]) < min(per_step[(env, "none")])  # the flat prompt beats the growing history
+    assert main(["run", "--policy", "expert", "--env", "crm-migration", "--out", str(tmp_path / "d1")]) == 0
+    assert {t.metadata["difficulty"] for t in read_traces(tmp_path / "d1" / "traces.jsonl")} == {1}  # named runs keep 1
+
+
 def test_bad_run_options_are_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--env", "nowhere", "--out", str(tmp_path)]) == 1
     assert main(["run", "--policy", "openai", "--out", str(tmp_path)]) == 1

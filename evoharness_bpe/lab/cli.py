@@ -63,20 +63,24 @@ def _run(args: argparse.Namespace) -> int:
     note = None
     policies = args.policy
     model_steps, new_tokens = 40, 96
+    difficulty = args.difficulty
+    if difficulty is None:  # the main job: a horizon at which the harness pays (bpe ~0.6-0.8x none's prompt per step)
+        difficulty = 2 if policies is None and args.env is None else 1
     if policies is None:
         if embedded_model_dir() is not None:
             policies = ["expert", "local"]
             if args.env is None:  # the quick offline comparison: a few calls of the small model
                 model_steps, new_tokens = 3, 48
             note = (f"The embedded SmolLM2-135M-Instruct (raw, untrained; {model_steps} model calls an episode) "
-                    "against the scripted expert, each under the three harnesses.")
+                    f"against the scripted expert, each under the three harnesses, at difficulty {difficulty}: the "
+                    "expert's whole episodes show how the bpe prompt stays flat while none and append grow.")
         else:
             policies = ["expert", "noisy"]
             note = f"The embedded model is not installed ({INSTALL_EMBEDDED}); ran the expert policies instead."
             print(f"evoharness: {note}", file=sys.stderr)
     config = RunConfig(
         envs=args.env or list(_DEFAULT_ENVS), policies=policies, harnesses=args.harness or ["none", "append", "bpe"],
-        frameworks=args.framework or ["core"], episodes=args.episodes, seed=args.seed, difficulty=args.difficulty,
+        frameworks=args.framework or ["core"], episodes=args.episodes, seed=args.seed, difficulty=difficulty,
         out=args.out, model=args.model, base_url=args.base_url, max_steps=args.max_steps, model_max_steps=model_steps,
         max_new_tokens=new_tokens, epsilon=args.epsilon,
         window=args.window, note=note, mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
@@ -327,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--framework", nargs="+", help="core or an installed integration (langgraph, llamaindex)")
     run.add_argument("--episodes", type=_positive, default=1, help="episodes per combination")
     run.add_argument("--seed", type=int, default=0, help="first seed")
-    run.add_argument("--difficulty", type=int, default=1, choices=[1, 2, 3], help="longer horizons as it grows")
+    run.add_argument("--difficulty", type=int, choices=[1, 2, 3],
+                     help="longer horizons as it grows (default: 1; 2 for the main job, run with no options)")
     run.add_argument("--max-steps", type=_positive, help="model calls per episode (default: the environment's budget)")
     run.add_argument("--epsilon", type=fraction_below_one, default=0.1, help="mistake rate of the noisy expert, in [0, 1)")
     run.add_argument("--window", type=_at_least(2), default=12, help="recent messages kept by append and bpe")
