@@ -43,7 +43,7 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "register", "PRESETS"]
+__all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "resume_config", "write_adapter_card", "register", "PRESETS", "STAGES"]
 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
@@ -446,9 +446,36 @@ def _line_ends(tokenizer: Any) -> list[int]:
     return sorted(ends)
 
 
-def _save(model: Any, tokenizer: Any, folder: Path) -> None:
+def _save(model: Any, tokenizer: Any, folder: Path, config: ReproduceConfig | None = None, stage: str = "") -> None:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    if config is not None and (folder / "adapter_config.json").exists():
+        write_adapter_card(folder, config, tokenizer, stage)
+
+
+def write_adapter_card(folder: str | Path, config: ReproduceConfig, tokenizer: Any, stage: str) -> Path:
+    """The adapter card (``evoharness.json``) of a LoRA adapter a stage saved: its base model, the
+    episode settings and prompt format it was trained under, and the config that produced it, so
+    ``evoharness run --adapter FOLDER`` plays it as it was evaluated."""
+    from evoharness_bpe.lab.policies.adapter import ADAPTER_CARD
+
+    from .grpo import CHAT_TEMPLATE_KWARGS
+
+    episode = config.episode_config()
+    card = {
+        "base": config.model,
+        "episode": {"harness": "bpe", "window": episode.window, "dashboard_tokens": episode.dashboard_tokens,
+                    "system_prompt": episode.system_prompt, "spec_style": episode.spec_style,
+                    "max_invalid_run": episode.max_invalid_run},
+        "policy": {"chat_template": tokenizer.chat_template, "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS),
+                   "one_line_calls": True},
+        "produced_by": {"command": f"evoharness reproduce --out {config.out}", "stage": stage,
+                        "train_seeds": {str(level): [0, n - 1] for level, n in config.episodes_per_level().items()},
+                        "config": asdict(config)},
+    }
+    path = Path(folder) / ADAPTER_CARD
+    path.write_text(json.dumps(card, indent=2), "utf-8")
+    return path
 
 
 def _load_trained(base: Any, folder: Path) -> Any:
@@ -538,7 +565,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     def sft_train() -> dict[str, Any]:
         trained, metrics = _sft(model, tokenizer, dataset, config, out, precision, log)
-        _save(trained, tokenizer, out / "sft" / "model")
+        _save(trained, tokenizer, out / "sft" / "model", config, "sft")
         log(f"sft: {len(dataset['train'])} rows, loss {metrics.get('train_loss', float('nan')):.3f}")
         return {"rows": len(dataset["train"]), **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
@@ -573,7 +600,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         def grpo_train() -> dict[str, Any]:
             states = json.loads((out / "grpo-states.json").read_text("utf-8"))
             trained, rewards = _grpo(model, tokenizer, states, config, out, precision, log)
-            _save(trained, tokenizer, out / "grpo" / "model")
+            _save(trained, tokenizer, out / "grpo" / "model", config, "grpo")
             return {"steps": config.grpo_steps, "scored": len(rewards)}
 
         folder.run("grpo-train", grpo_train, log)

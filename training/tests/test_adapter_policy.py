@@ -1,0 +1,85 @@
+"""A saved LoRA adapter and its card, played back as a policy with the prompt format it was trained with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evoharness_bpe.exceptions import UserError
+
+
+@pytest.fixture(scope="module")
+def adapter_folder(tiny_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, write_adapter_card
+    from evoharness_bpe_training.speed import lora_config
+    from evoharness_bpe_training.student import student_chat_template
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    tokenizer.chat_template = student_chat_template()
+    model = get_peft_model(base, lora_config(base, r=4, alpha=8, top_layers=1))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.3)  # an adapter that changes the replies
+    folder = tmp_path_factory.mktemp("adapter")
+    model.save_pretrained(folder)
+    config = load_reproduce_preset("cpu", out="runs/x", model=str(tiny_dir))
+    write_adapter_card(folder, config, tokenizer, "sft")
+    return folder
+
+
+def test_the_card_records_the_base_the_prompt_format_and_what_produced_it(adapter_folder, tiny_dir) -> None:
+    from evoharness_bpe.lab.policies.adapter import read_adapter_card
+
+    card = read_adapter_card(adapter_folder)
+    assert card["base"] == str(tiny_dir)
+    assert card["episode"] == {"harness": "bpe", "window": 4, "dashboard_tokens": 160, "spec_style": "compact",
+                               "system_prompt": "Call exactly one tool per reply.", "max_invalid_run": 5}
+    assert "# Tools" in card["policy"]["chat_template"]  # the compact template itself, not a name
+    assert card["produced_by"]["stage"] == "sft" and card["produced_by"]["config"]["lora_layers"] == 10
+
+
+def test_the_adapter_policy_answers_as_the_merged_model(adapter_folder, tiny_dir) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness_bpe.lab.envs import make_env
+    from evoharness_bpe.lab.policies import TransformersPolicy
+    from evoharness_bpe.lab.policies.adapter import adapter_policy, read_adapter_card
+
+    played = adapter_policy(adapter_folder, max_new_tokens=16)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    card = read_adapter_card(adapter_folder)["policy"]
+    tokenizer.chat_template = card["chat_template"]
+    options = {"native_tools": True, "max_new_tokens": 16, "chat_template_kwargs": card["chat_template_kwargs"], "one_line_calls": True}
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_dir), str(adapter_folder)).merge_and_unload()
+    plain = TransformersPolicy(AutoModelForCausalLM.from_pretrained(tiny_dir), tokenizer=tokenizer, **options)
+    reference = TransformersPolicy(merged, tokenizer=tokenizer, **options)
+    env = make_env("crm-migration", 1)
+    task, first = env.reset(0)
+    messages = [{"role": "system", "content": "Call exactly one tool per reply."}, {"role": "user", "content": f"{task}\n\n{first}"}]
+    tools = env.tools(style="compact")
+    assert played.render_prompt(messages, tools) == reference.render_prompt(messages, tools)
+    assert played.complete(messages, tools).get("content") == reference.complete(messages, tools).get("content")
+    assert reference.complete(messages, tools).get("content") != plain.complete(messages, tools).get("content")
+
+
+def test_a_folder_without_an_adapter_or_card_is_a_clear_error(tmp_path: Path, adapter_folder) -> None:
+    from evoharness_bpe.lab.policies.adapter import read_adapter_card
+
+    with pytest.raises(UserError, match="no adapter_config.json"):
+        read_adapter_card(tmp_path)
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(UserError, match="no evoharness.json"):
+        read_adapter_card(tmp_path)
+    card = json.loads((adapter_folder / "evoharness.json").read_text())
+    card["episode"]["temperature"] = 2
+    (tmp_path / "evoharness.json").write_text(json.dumps(card))
+    with pytest.raises(UserError, match="unknown episode fields: temperature"):
+        read_adapter_card(tmp_path)
