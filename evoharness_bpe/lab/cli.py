@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     config = RunConfig(
         envs=args.env or list(_DEFAULT_ENVS), policies=policies, harnesses=args.harness or ["none", "append", "bpe"],
         frameworks=args.framework or ["core"], episodes=args.episodes, seed=args.seed, difficulty=difficulty,
-        out=args.out, model=args.model, base_url=args.base_url, max_steps=args.max_steps, model_max_steps=model_steps,
+        out=args.out, model=args.model, adapter=args.adapter, base_url=args.base_url, max_steps=args.max_steps, model_max_steps=model_steps,
         max_new_tokens=new_tokens, epsilon=args.epsilon,
         window=args.window, note=note, mode="resume" if args.resume else "overwrite" if args.overwrite else "new",
         store=args.store, api_key=args.api_key, games=args.game, observations_in_belief=args.observations_in_belief, ablate=args.ablate or [],
@@ -309,7 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--env", nargs="+", help="crm-migration, compliance-review, alfworld, textworld, an environment "
                      "an installed package registers, or package.module:Class")
-    run.add_argument("--policy", nargs="+", choices=["expert", "noisy", "local", "openai"], help="who acts")
+    run.add_argument("--policy", nargs="+", choices=["expert", "noisy", "local", "trained", "openai"],
+                     help="who acts (trained: the embedded model with a LoRA adapter, --adapter)")
+    run.add_argument("--adapter", help="LoRA adapter folder of the trained policy, with its evoharness.json card "
+                     "(default: the adapter the training package ships)")
     run.add_argument("--model", help="local model folder (local) or model name (openai)")
     run.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible endpoint (openai)")
     run.add_argument("--api-key", help="API key of the endpoint (openai; default: $OPENAI_API_KEY)")

@@ -464,7 +464,7 @@ def write_adapter_card(folder: str | Path, config: ReproduceConfig, tokenizer: A
     episode = config.episode_config()
     card = {
         "base": config.model,
-        "episode": {"harness": "bpe", "window": episode.window, "dashboard_tokens": episode.dashboard_tokens,
+        "episode": {"harness": "bpe", "max_steps": episode.max_steps, "window": episode.window, "dashboard_tokens": episode.dashboard_tokens,
                     "system_prompt": episode.system_prompt, "spec_style": episode.spec_style,
                     "max_invalid_run": episode.max_invalid_run},
         "policy": {"chat_template": tokenizer.chat_template, "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS),

@@ -39,7 +39,7 @@ def test_the_card_records_the_base_the_prompt_format_and_what_produced_it(adapte
 
     card = read_adapter_card(adapter_folder)
     assert card["base"] == str(tiny_dir)
-    assert card["episode"] == {"harness": "bpe", "window": 4, "dashboard_tokens": 160, "spec_style": "compact",
+    assert card["episode"] == {"harness": "bpe", "max_steps": 50, "window": 4, "dashboard_tokens": 160, "spec_style": "compact",
                                "system_prompt": "Call exactly one tool per reply.", "max_invalid_run": 5}
     assert "# Tools" in card["policy"]["chat_template"]  # the compact template itself, not a name
     assert card["produced_by"]["stage"] == "sft" and card["produced_by"]["config"]["lora_layers"] == 10
@@ -83,3 +83,26 @@ def test_a_folder_without_an_adapter_or_card_is_a_clear_error(tmp_path: Path, ad
     (tmp_path / "evoharness.json").write_text(json.dumps(card))
     with pytest.raises(UserError, match="unknown episode fields: temperature"):
         read_adapter_card(tmp_path)
+
+
+def test_evoharness_run_plays_the_trained_policy_under_its_cards_settings(adapter_folder, tmp_path: Path) -> None:
+    from evoharness_bpe import read_traces
+    from evoharness_bpe.lab.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--policy", "trained", "--adapter", str(adapter_folder), "--env", "crm-migration", "--harness", "bpe",
+                 "--max-steps", "2", "--out", str(out)]) == 0
+    (trace,) = read_traces(out / "traces.jsonl")
+    assert trace.metadata["spec_style"] == "compact" and len(trace.model_calls) <= 2
+    system = trace.model_calls[0].messages[0]["content"]
+    assert system.startswith("Call exactly one tool per reply.")  # the card's system prompt
+    assert len([m for m in trace.model_calls[-1].messages if m["role"] != "system"]) <= 4  # the card's window
+
+
+def test_the_trained_policy_without_an_adapter_says_what_to_pass(tmp_path: Path, monkeypatch, capsys) -> None:
+    from evoharness_bpe.lab.cli import main
+    from evoharness_bpe.lab.runner import suite
+
+    monkeypatch.setattr(suite, "shipped_adapter", lambda: None)
+    assert main(["run", "--policy", "trained", "--env", "crm-migration", "--out", str(tmp_path / "r")]) == 1
+    assert "needs --adapter FOLDER" in capsys.readouterr().err

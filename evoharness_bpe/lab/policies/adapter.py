@@ -25,7 +25,7 @@ from ...exceptions import UserError
 __all__ = ["ADAPTER_CARD", "EPISODE_FIELDS", "read_adapter_card", "adapter_policy"]
 
 ADAPTER_CARD = "evoharness.json"
-EPISODE_FIELDS = ("harness", "window", "dashboard_tokens", "system_prompt", "spec_style", "max_invalid_run")
+EPISODE_FIELDS = ("harness", "max_steps", "window", "dashboard_tokens", "system_prompt", "spec_style", "max_invalid_run")
 """The episode settings an adapter card may fix."""
 
 

@@ -68,6 +68,12 @@ def policy_identity(kind: str, config: Any) -> dict[str, Any]:
 
 
 def _policy_identity(kind: str, config: Any) -> dict[str, Any]:
+    if kind == "trained":
+        from .suite import trained_adapter  # noqa: PLC0415
+
+        folder = Path(trained_adapter(config)).resolve()
+        files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
+        return {"kind": kind, "adapter": str(folder), "files": files}
     if kind == "local":
         folder = Path(str(config.model)).resolve()
         files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()) \

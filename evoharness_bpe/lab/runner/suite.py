@@ -39,7 +39,7 @@ from .report import PLOTS, write_report
 
 __all__ = ["RunConfig", "run_suite", "POLICIES", "make_policy", "open_store", "RunInterrupted"]
 
-POLICIES = ("expert", "noisy", "local", "openai")
+POLICIES = ("expert", "noisy", "local", "trained", "openai")
 
 
 @dataclass
@@ -47,7 +47,7 @@ class RunConfig:
     """What `evoharness run` runs (every field is also a command-line flag)."""
 
     envs: list[str] = field(default_factory=lambda: ["crm-migration"], metadata={"help": "environments"})
-    policies: list[str] = field(default_factory=lambda: ["expert"], metadata={"help": "expert, noisy, local or openai"})
+    policies: list[str] = field(default_factory=lambda: ["expert"], metadata={"help": "expert, noisy, local, trained or openai"})
     harnesses: list[str] = field(default_factory=lambda: ["none", "append", "bpe"], metadata={"help": "none, append, panels, bpe"})
     frameworks: list[str] = field(default_factory=lambda: ["core"], metadata={"help": "core or an installed integration"})
     episodes: int = field(default=1, metadata={"help": "episodes per combination (seeds seed, seed+1, …)"})
@@ -59,6 +59,9 @@ class RunConfig:
     max_steps: int | None = field(default=None, metadata={"help": "model calls per episode (default: the environment's budget)"})
     model_max_steps: int = field(default=40, metadata={"help": "model calls per episode of the local and openai policies when max_steps is not set"})
     max_new_tokens: int = field(default=96, metadata={"help": "reply length of the local policy"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "LoRA adapter folder with its card (evoharness.json) that the trained policy plays, under the episode "
+                "settings it was trained with (default: the adapter the training package ships)"})
     epsilon: float = field(default=0.1, metadata={"help": "mistake rate of the noisy expert, in [0, 1)"})
     window: int = field(default=12, metadata={"help": "recent messages kept by the append and bpe harnesses"})
     note: str | None = field(default=None, metadata={"help": "a line for the top of the report"})
@@ -169,6 +172,11 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
     if kind == "noisy":
         return NoisyExpertPolicy(env, epsilon=config.epsilon, seed=seed)
     if kind not in cache:
+        if kind == "trained":
+            from ..policies.adapter import adapter_policy  # noqa: PLC0415
+
+            cache[kind] = adapter_policy(trained_adapter(config))
+            return cache[kind]
         if kind == "local":
             from ..policies.transformers import TransformersPolicy  # noqa: PLC0415
 
@@ -190,6 +198,36 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
 
             cache[kind] = TextActionPolicy(cache[kind], default_tool="auto")  # ALFWorld: <action>go to desk 1</action>
     return cache[kind]
+
+
+def trained_adapter(config: Any) -> str:
+    """The adapter folder of the trained policy: ``config.adapter``, or the one the training package ships."""
+    if config.adapter:
+        return str(config.adapter)
+    shipped = shipped_adapter()
+    if shipped is None:
+        raise UserError("the trained policy needs --adapter FOLDER (a LoRA adapter with its evoharness.json), or the training "
+                        "package with its shipped adapter: pip install -e training")
+    return str(shipped)
+
+
+def shipped_adapter() -> Path | None:
+    """The LoRA adapter the training package ships (the CPU reproduction's SFT policy), without importing it."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.find_spec("evoharness_bpe_training")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "adapters" / "smollm2-crm"
+    return folder if (folder / "adapter_config.json").exists() else None
+
+
+def trained_episode(config: Any) -> dict[str, Any]:
+    """The episode settings the trained policy's adapter card fixes (its harness aside: the run's harnesses apply)."""
+    from ..policies.adapter import read_adapter_card  # noqa: PLC0415
+
+    card = read_adapter_card(trained_adapter(config))
+    return {k: v for k, v in card["episode"].items() if k != "harness"}
 
 
 def open_store(spec: str | None, out: Path) -> ExperienceStore:
@@ -310,6 +348,7 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
     superseded: set[str] = set()  # finished episodes rerun because what their policy saw changed
     infrastructure: list[dict[str, Any]] = []
     identities = {kind: policy_identity(kind, config) for kind in config.policies}
+    trained_settings = trained_episode(config) if "trained" in config.policies else {}
     skipped: list[str] = []
     envs: dict[str, Any] = {}
     interrupted: RunInterrupted | None = None
@@ -323,6 +362,8 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
                 env = envs.get(env_name) or envs.setdefault(env_name, _make_env(env_name, config))
                 budget = int(getattr(env, "step_budget", 200))
                 max_steps = config.max_steps or (budget if kind in ("expert", "noisy") else min(budget, config.model_max_steps))
+                if kind == "trained" and config.max_steps is None:  # whole episodes, as the adapter was evaluated
+                    max_steps = min(budget, int(trained_settings.get("max_steps") or budget))
                 combo = (env_name, kind, name, framework)
                 namespace = ("evoharness", env_name, kind)
                 for episode in range(config.episodes):
@@ -332,6 +373,8 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
                                                    observations_in_belief=config.observations_in_belief, parts=parts,
                                                    charge_meta_actions=config.charge_meta_actions,
                                                    max_meta_actions=config.max_meta_actions)
+                    if kind == "trained":  # the prompt format the adapter was trained with
+                        episode_config = episode_config.model_copy(update={k: v for k, v in trained_settings.items() if k != "max_steps"})
                     stamp = episode_fingerprint(env=env, env_name=env_name, difficulty=config.difficulty, framework=framework,
                                                 policy=identities[kind], episode=episode_config, bank=config.bank,
                                                 bank_hash=bank.bank_hash(combo, namespace),
@@ -339,7 +382,7 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
                     if stamp in stamps:
                         continue
                     label = f"{env_name} {kind} {name} {framework} seed {seed}"
-                    tick = progress.start(label, max_steps, calls=kind in ("local", "openai"))
+                    tick = progress.start(label, max_steps, calls=kind in ("local", "trained", "openai"))
                     last = episode == config.episodes - 1
                     result: Trace | Exception
                     for attempt in range(1, config.retries + 2):
