@@ -108,14 +108,20 @@ def _run(args: argparse.Namespace) -> int:
         print(f"consolidation: {len(data['consolidation'])} windows; " + ", ".join(f"{k} {v}" for k, v in edits.items()))
     print(f"wrote {config.out / 'traces.jsonl'}, {config.out / 'metrics.json'} and {config.out / 'report.md'}")
     failed = data["infrastructure_errors"]
-    for error in failed:
-        print(f"evoharness: {error['env']} {error['policy']} {error['harness']} {error['framework']} seed {error['seed']}: "
-              f"infrastructure error after {error['attempts']} attempt(s): {error['error']}", file=sys.stderr)
-    if failed:
-        print(f"evoharness: {len(failed)} episode(s) failed for infrastructure reasons and are not counted as task "
-              f"failures; run again with --out {config.out} --resume to retry them", file=sys.stderr)
-        return 1
-    return 0
+    if not failed:
+        return 0
+    reasons = {str(error["error"]) for error in failed}
+    if len(reasons) > 1:  # one line per episode only when they failed differently
+        for error in failed:
+            print(f"evoharness: {error['env']} {error['policy']} {error['harness']} {error['framework']} seed {error['seed']}: "
+                  f"infrastructure error after {error['attempts']} attempt(s): {error['error']}", file=sys.stderr)
+    reason = f": {next(iter(reasons))}" if len(reasons) == 1 else ""
+    endpoint = any(error["policy"] == "openai" for error in failed) and len(reasons) == 1 and "HTTP" not in reason
+    hint = (f"; is a server running at {config.base_url}? Start it, or pass the --base-url of a running OpenAI-compatible "
+            "server (…/v1)") if endpoint else ""
+    print(f"evoharness: {len(failed)} episode(s) failed for infrastructure reasons{reason} (not counted as task failures)"
+          f"{hint}; run again with --out {config.out} --resume to retry them", file=sys.stderr)
+    return 1
 
 
 def _endpoint_hint(error: BaseException, base_url: str) -> str:

@@ -570,6 +570,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         return {"rows": len(dataset["train"]), **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
     sft_metrics = folder.run("sft-train", sft_train, log)
+    if (out / "sft" / "model" / "adapter_config.json").exists():  # a fresh base: training injected its LoRA layers in place
+        model, tokenizer = _base_model(config, out, dataset)
     model = _load_trained(model, out / "sft" / "model")
     if "sft" in stages:
         results.append(folder.run("sft", lambda: _evaluate("sft", model, tokenizer, config, out, log, precision), log))
