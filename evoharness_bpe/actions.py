@@ -24,6 +24,8 @@ from .exceptions import MetaActionError, UserError
 from .state import SubgoalStatus
 
 __all__ = [
+    "meta_actions_of",
+    "check_meta_action_cap",
     "META_ACTIONS",
     "PARTS",
     "PART_OF",
@@ -110,6 +112,18 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
     if unknown:
         raise UserError(f"unknown part {', '.join(map(repr, unknown))}; the parts are {', '.join(PARTS)}")
     return tuple(p for p in PARTS if p in parts)
+
+
+def meta_actions_of(parts: tuple[Part, ...]) -> tuple[str, ...]:
+    """The meta-actions of the parts switched on, in the order track, commit, recall, note."""
+    return tuple(name for name, part in PART_OF.items() if part in parts)
+
+
+def check_meta_action_cap(cap: Any) -> int | None:
+    """`cap` checked as a number of meta-action calls (0 or more), or None for no cap."""
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+        raise UserError("max_meta_actions must be a number of calls (0 or more), or None for no cap")
+    return cap
 
 
 class ToolSpec(BaseModel):

@@ -24,7 +24,9 @@ from .actions import (
     TrackArgs,
     parse_arguments,
     bounded_json,
+    check_meta_action_cap,
     check_parts,
+    meta_actions_of,
     tool_specs,
 )
 from .dashboard import MIN_DASHBOARD_TOKENS, InjectMode, render
@@ -117,14 +119,12 @@ class WorkspaceOptions:
         if not isinstance(self.max_subgoals, int) or self.max_subgoals < 1:
             raise UserError("max_subgoals must be a positive number of subgoals")
         object.__setattr__(self, "parts", check_parts(self.parts))
-        cap = self.max_meta_actions
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
-            raise UserError("max_meta_actions must be a number of calls (0 or more), or None for no cap")
+        check_meta_action_cap(self.max_meta_actions)
 
     @property
     def meta_actions(self) -> tuple[str, ...]:
         """The meta-actions of the parts switched on, in the order track, commit, recall, note."""
-        return tuple(name for name, part in PART_OF.items() if part in self.parts)
+        return meta_actions_of(self.parts)
 
 
 class ActionResult(BaseModel):

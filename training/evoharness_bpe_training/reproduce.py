@@ -526,7 +526,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     from .datasets import traces_to_sft_dataset
     from .reproduce_report import targets, write_report
     from .speed import resolve_precision
-    from .stages import StageFolder
+    from .stages import StageFolder, load_average
 
     from transformers.utils import logging as transformers_logging
 
@@ -540,7 +540,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     stages = config.stage_list()
-    machine = {"precision": precision, "threads": torch.get_num_threads(), "load_at_start": _loadavg()}
+    machine = {"precision": precision, "threads": torch.get_num_threads(), "load_at_start": load_average()}
     log(f"run: {out} ({'resumed' if resume else 'new'}), precision {precision}, {machine['threads']} torch threads, "
         f"load {machine['load_at_start']}")
 
@@ -615,7 +615,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     summary = {
         "config": asdict(config),
-        "machine": {**machine, "load_at_end": _loadavg()},
+        "machine": {**machine, "load_at_end": load_average()},
         "results": results,
         "sft": sft_metrics,
         "grpo_curve": reward_log,
@@ -628,13 +628,6 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     write_report(summary, out)
     log(f"report: {out / 'report.md'} ({summary['wall_s']:.0f} s of stages)")
     return summary
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 # -- command line ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["StageFolder", "Progress", "config_differences"]
+__all__ = ["StageFolder", "Progress", "config_differences", "load_average"]
 
 
 def config_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any], *, ignore: tuple[str, ...] = ()) -> list[str]:
@@ -91,14 +91,15 @@ class StageFolder:
         result = work()
         wall = round(time.perf_counter() - started, 1)
         self.wall[stage] = wall
-        record = {"stage": stage, "wall_s": wall, "finished_at": time.time(), "load": _load(), "result": result}
+        record = {"stage": stage, "wall_s": wall, "finished_at": time.time(), "load": load_average(), "result": result}
         tmp = self.marker(stage).with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=2, default=float), "utf-8")
         os.replace(tmp, self.marker(stage))  # the marker appears whole or not at all
         return result
 
 
-def _load() -> list[float] | None:
+def load_average() -> list[float] | None:
+    """The machine's load averages (1, 5, 15 minutes), or None where the system has none."""
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evoharness_bpe import ActionResult, Outcome, TraceWriter, Workspace
-from evoharness_bpe.actions import PART_OF, PARTS, check_parts
+from evoharness_bpe.actions import PARTS, check_meta_action_cap, check_parts, meta_actions_of
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.stores.base import ExperienceStore, Namespace
 
@@ -52,14 +52,12 @@ class SessionSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parts", check_parts(self.parts))
-        cap = self.max_meta_actions
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
-            raise UserError("max_meta_actions must be a number of calls (0 or more), or None for no cap")
+        check_meta_action_cap(self.max_meta_actions)
 
     @property
     def meta_actions(self) -> tuple[str, ...]:
         """The meta-actions the server offers: those of the parts switched on."""
-        return tuple(name for name, part in PART_OF.items() if part in self.parts)
+        return meta_actions_of(self.parts)
 
 
 @dataclass
