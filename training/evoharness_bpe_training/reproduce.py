@@ -298,26 +298,24 @@ def _evaluate(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, o
     return summary
 
 
-class _StepProgress:
+def _step_progress(stage: str, log: Any) -> Any:
     """A `transformers.TrainerCallback` printing a `Progress` line per optimizer step."""
+    from transformers import TrainerCallback
 
-    def __new__(cls, stage: str, log: Any):  # noqa: ANN204 - returns the callback instance
-        from transformers import TrainerCallback
+    from .stages import Progress
 
-        from .stages import Progress
+    class StepProgress(TrainerCallback):
+        progress: Progress | None = None
 
-        class Callback(TrainerCallback):
-            progress: Progress | None = None
+        def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 - transformers' signature
+            self.progress = Progress(stage, state.max_steps, "steps", log)
 
-            def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 - transformers' signature
-                self.progress = Progress(stage, state.max_steps, "steps", log)
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+            loss = next((h.get("loss") for h in reversed(state.log_history) if "loss" in h), None)
+            if self.progress is not None:
+                self.progress.advance(note=f"loss {loss:.3f}" if loss is not None else "")
 
-            def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
-                loss = next((h.get("loss") for h in reversed(state.log_history) if "loss" in h), None)
-                if self.progress is not None:
-                    self.progress.advance(note=f"loss {loss:.3f}" if loss is not None else "")
-
-        return Callback()
+    return StepProgress()
 
 
 def _train_kwargs(config: ReproduceConfig, precision: str) -> dict[str, Any]:
@@ -349,7 +347,7 @@ def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out:
                              deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
                              **_train_kwargs(config, precision))
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
-                     callbacks=[_StepProgress("sft-train", log)], quiet=True)
+                     callbacks=[_step_progress("sft-train", log)], quiet=True)
     return result.model, dict(result.metrics)
 
 
@@ -428,7 +426,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         train_dataset=Dataset.from_list(states),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _StepProgress("grpo-train", log)],
+        callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _step_progress("grpo-train", log)],
     )
     quiet_trainer(trainer)
     reward.policy = _SnapshotPolicy(trainer, tokenizer, config, precision)
