@@ -114,8 +114,10 @@ def _row_and_prompts(tokenizer: Any, count: int) -> tuple[Any, list[Any]]:
     from evoharness_bpe_training.student import render_rows
 
     config = EpisodeConfig(harness="bpe", window=4, dashboard_tokens=160, spec_style="compact", system_prompt="Call exactly one tool per reply.")
-    traces = [run_episode(make_env("crm-migration", 1), ExpertPolicy(), None, config.model_copy(update={"seed": 10_000 + s}))
-              for s in range(count)]
+    traces = []
+    for s in range(count):
+        env = make_env("crm-migration", 1)
+        traces.append(run_episode(env, ExpertPolicy(env), None, config.model_copy(update={"seed": 10_000 + s})))
     rows = trace_rows(traces[0])
     texts = render_rows(rows, tokenizer, **CHAT_TEMPLATE_KWARGS)
     longest = max(range(len(texts)), key=lambda i: len(texts[i]))

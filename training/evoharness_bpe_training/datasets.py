@@ -22,7 +22,7 @@ import os
 import random
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -165,21 +165,28 @@ def _deduplicated(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def balance_by_position(rows: list[dict[str, Any]], reached: dict[int, int], *, seed: int = 0) -> list[dict[str, Any]]:
+def balance_by_position(rows: list[dict[str, Any]], reached: dict[Any, int], *, seed: int = 0,
+                        kind: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
     """Repeat each call position's rows until it has `reached[position]` of them (one per episode reaching it).
 
     After deduplication the opening moves, which every episode of a task shares, are one row
     while later moves keep one row per episode; a policy trained on that rarely learns to open.
     Distinct rows of a position are cycled (in a seeded order) so each appears as evenly as possible.
+
+    With `kind` (a row's episode kind, such as its environment and difficulty) positions are
+    balanced within each kind and `reached` is keyed by ``(kind, position)``: otherwise two kinds
+    whose openings dedupe to one row each would share a position's rows half and half, whatever
+    their episode counts (twelve easy episodes and two hard ones teaching the opening 7 to 7).
     """
-    by_position: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_position: dict[tuple[str, Any], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        by_position[row["position"]].append(row)
+        by_position[(repr(kind(row)) if kind is not None else "", row["position"])].append(row)
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
-    for position in sorted(by_position):
-        group = by_position[position]
-        target = max(len(group), reached.get(position, len(group)))
+    for label, position in sorted(by_position):
+        group = by_position[(label, position)]
+        wanted = reached.get((kind(group[0]), position)) if kind is not None else reached.get(position)
+        target = max(len(group), wanted or len(group))
         extra = list(group)
         rng.shuffle(extra)
         out.extend(group)
@@ -227,7 +234,8 @@ def traces_to_sft_dataset(
     same split), `eval_fraction` of the episodes (at least one when there are two or more) going
     to ``eval``. Within each split, `deduplicate` drops rows equal to an earlier one once random
     ids are masked (`row_key`), and `balance_positions` repeats each call position's rows up to
-    the number of episodes that reach it (`balance_by_position`).
+    the number of episodes that reach it, within each environment and difficulty
+    (`balance_by_position`).
     """
     from datasets import Dataset, DatasetDict
 
@@ -252,14 +260,19 @@ def traces_to_sft_dataset(
     eval_episodes = set(episodes[:n_eval])
     splits = {"train": [r for r in rows if r["episode_id"] not in eval_episodes],
               "eval": [r for r in rows if r["episode_id"] in eval_episodes]}
+    kinds = {t.episode_id: (t.env or "", t.metadata.get("difficulty")) for t in kept}
+
+    def kind(row: dict[str, Any]) -> Any:
+        return kinds.get(row["episode_id"])
+
     for name, split in splits.items():
-        reached: dict[int, int] = defaultdict(int)
+        reached: dict[Any, int] = defaultdict(int)
         for row in split:
-            reached[row["position"]] += 1
+            reached[(kind(row), row["position"])] += 1
         if deduplicate:
             split = _deduplicated(split)
         if balance_positions:
-            split = balance_by_position(split, reached, seed=seed)
+            split = balance_by_position(split, reached, seed=seed, kind=kind)
         splits[name] = split
     full = Dataset.from_list(splits["train"] + splits["eval"])  # one schema for both splits
     n_train = len(splits["train"])
