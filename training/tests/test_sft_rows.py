@@ -158,3 +158,27 @@ def test_the_deduplication_key_masks_random_ids_and_keeps_their_structure() -> N
     assert row_key(row("88fef2fa8f7f41e8")) != row_key(row("88fef2fa8f7f41e8", value="failed"))
     assert row_key(row("88fef2fa8f7f41e8")) == row_key(row("1234567890123456"))  # an entry id may draw no letter
     assert row_key(row("order 1234567890123")) != row_key(row("order 1234567890124"))  # other numbers are data
+
+
+def test_balancing_weighs_each_difficulty_by_its_own_episodes() -> None:
+    """Twelve easy crm-migration episodes and two hard ones: every easy episode opens with the
+    same batch (ids 1-10) and every hard one with another (ids 1-25), so each difficulty's first
+    batch dedupes to one row; balanced, the first batch is taught 12 to 2, not half and half."""
+    from evoharness_bpe.lab.envs import make_env
+    from evoharness_bpe.lab.policies import ExpertPolicy
+    from evoharness_bpe.lab.runner.core import run_episode
+
+    config = EpisodeConfig(harness="bpe", window=4, dashboard_tokens=160, spec_style="compact")
+    traces = []
+    for level, seeds in ((1, range(12)), (2, range(2))):
+        for seed in seeds:
+            env = make_env("crm-migration", level)
+            traces.append(run_episode(env, ExpertPolicy(env), None, config.model_copy(update={"seed": seed})))
+    rows = traces_to_sft_dataset(traces, eval_fraction=0.0, balance_positions=True)["train"]
+    first_batches = Counter()
+    for row in rows:
+        call = row["completion"][0]["tool_calls"][0]["function"]
+        arguments = json.loads(call["arguments"])
+        if call["name"] == "submit_batch" and arguments["batch_id"] == 1 and row["position"] == 2:
+            first_batches[len(arguments["record_ids"])] += 1
+    assert first_batches == {10: 12, 25: 2}
