@@ -182,11 +182,12 @@ def test_output_for_logs_is_plain_lines_and_warnings_carry_no_source_line(tmp_pa
     assert result.stdout.splitlines()[-1].startswith("wrote ")
     code = ("import warnings\nfrom evoharness_bpe.lab.cli import quiet_third_parties\nquiet_third_parties()\n"
             "warnings.warn('check this', UserWarning)\nwarnings.warn('old api', FutureWarning)\n"
-            "import os\nprint(os.environ['TRL_EXPERIMENTAL_SILENCE'], os.environ['HF_DATASETS_DISABLE_PROGRESS_BARS'])\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("TRL_EXPERIMENTAL_SILENCE", "HF_DATASETS_DISABLE_PROGRESS_BARS")}
+            "import os\nprint(os.environ['TRL_EXPERIMENTAL_SILENCE'], os.environ['HF_DATASETS_DISABLE_PROGRESS_BARS'])\n"
+            "from tqdm import tqdm\nprint(sum(tqdm(range(3), desc='de-quantizing')))\n")  # the GGUF loader's bar
+    env = {k: v for k, v in os.environ.items() if k not in ("TRL_EXPERIMENTAL_SILENCE", "HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")}
     warned = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
-    assert warned.stderr == "warning: check this\n"          # no file:line, no source, no FutureWarning
-    assert warned.stdout.split() == ["1", "1"]               # TRL's experimental notice and datasets' bars are off
+    assert warned.stderr == "warning: check this\n"          # no file:line, no source, no FutureWarning, no bar
+    assert warned.stdout.split() == ["1", "1", "3"]          # TRL's experimental notice and datasets' bars are off
 
 
 def test_run_plays_given_textworld_games_and_keeps_the_store_where_store_says(tmp_path: Path) -> None:

@@ -250,6 +250,7 @@ def quiet_third_parties() -> None:
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # TRL's notice on every GRPO run with an environment
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's bars: tqdm reads it when first imported
     if "transformers" in sys.modules:  # already imported: its environment variables were read
         from transformers.utils import logging as hf_logging  # noqa: PLC0415
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -529,7 +528,6 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # stages print their own progress lines
-    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's bars too
     started = time.perf_counter()
     out = Path(config.out)
     folder = StageFolder.open(out, asdict(config), resume=resume)
