@@ -242,6 +242,7 @@ def run_grpo(
     from .metrics import harness_metrics, plot_harness_metrics
     from .models import load_model_and_tokenizer
     from .rewards import make_cost_aware_reward
+    from .speed import score_trained_positions_only
 
     config = as_recipe(config, CostAwareGRPOConfig)
     if config.use_vllm and importlib.util.find_spec("vllm") is None:
@@ -280,6 +281,7 @@ def run_grpo(
         iterations = config.max_tool_calling_iterations
         rollout_func = WindowedRollouts(window=config.window, max_calls=200 if iterations is None else iterations + 1,
                                         chat_template_kwargs=config.chat_template_kwargs)
+    score_trained_positions_only()
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[make_cost_aware_reward(config.weights(), on_rollouts=log)],

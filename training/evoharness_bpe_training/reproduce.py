@@ -389,6 +389,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     from .continuation import ContinuationReward, reference_scorer
     from .rewards import CostWeights
     from .sft import quiet_trainer
+    from .speed import score_trained_positions_only
 
     reward = ContinuationReward(
         make_env=lambda name, level: make_env(name, level),
@@ -418,6 +419,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     if hasattr(model, "peft_config"):  # the SFT adapter trains on
         for name, parameter in model.named_parameters():
             parameter.requires_grad_("lora_" in name)
+    score_trained_positions_only()
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[reward],

@@ -189,7 +189,9 @@ def run_sft(
     """
     from .callbacks import MetricsFileCallback
     from .models import load_model_and_tokenizer
+    from .speed import score_trained_positions_only
 
+    score_trained_positions_only()
     config = as_recipe(config, SFTRecipeConfig)
     model_args = model_config if model_config is not None else config
     if peft_config is _FROM_CONFIG:

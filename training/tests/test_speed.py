@@ -60,3 +60,33 @@ def test_precision_resolves_by_the_machine(monkeypatch) -> None:
     assert speed.resolve_precision("auto") == "bf16"
     with pytest.raises(UserError, match="--precision takes"):
         speed.resolve_precision("fp8")
+
+
+def test_the_fused_lm_head_scores_only_labelled_positions_on_cpu_with_the_same_loss(tiny_dir, monkeypatch) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer import utils
+    from trl.trainer.utils import add_fused_lm_head
+
+    from evoharness_bpe_training.speed import score_trained_positions_only
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    ids = torch.arange(1, 41).reshape(2, 20)
+    labels = ids.clone()
+    labels[:, :16] = -100  # a long prompt, a short reply
+    scored: list[int] = []
+    apply = utils._ChunkedLogProbFunction.apply
+
+    def counting(hidden, *args):
+        scored.append(hidden.shape[0])
+        return apply(hidden, *args)
+
+    monkeypatch.setattr(utils._ChunkedLogProbFunction, "apply", counting)
+    monkeypatch.setattr(utils, "_use_triton", utils._use_triton)  # restored after the test
+    every = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    assert score_trained_positions_only() and score_trained_positions_only()  # idempotent
+    compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    assert scored == [2 * 19, 2 * 4]  # every shifted position, then the four labelled ones of each row
+    torch.testing.assert_close(compact.log_probs, every.log_probs)
+    torch.testing.assert_close(compact.entropy, every.entropy)
