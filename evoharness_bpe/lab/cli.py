@@ -66,9 +66,11 @@ def _run(args: argparse.Namespace) -> int:
     difficulty = args.difficulty
     if difficulty is None:  # the main job: a horizon at which the harness pays (bpe ~0.6-0.8x none's prompt per step)
         difficulty = 2 if policies is None and args.env is None else 1
+    compare_trained = False
     if policies is None:
         if embedded_model_dir() is not None:
             policies = ["expert", "local"]
+            compare_trained = args.env is None and _shipped_adapter_playable()
             if args.env is None:  # the quick offline comparison: a few calls of the small model
                 model_steps, new_tokens = 3, 48
             note = (f"The embedded SmolLM2-135M-Instruct (raw, untrained; {model_steps} model calls an episode) "
@@ -99,15 +101,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"evoharness: interrupted after {finished} of {planned} episodes; results in {config.out}; "
               f"continue with: evoharness run ... --out {config.out} --resume", file=sys.stderr)
         return exc.exit_code
-    for row in data["summary"]:
-        print(f"{row['env']:<18} {row['policy']:<7} {row['harness']:<7} {row['framework']:<10} "
-              f"success {row['success_rate']:.0%}  steps {row['mean_steps']:.1f}  "
-              f"prompt tokens/step {row['mean_prompt_tokens_per_step']:.0f}")
-    if data["consolidation"]:
-        edits = {k: sum(w[k] for w in data["consolidation"]) for k in ("add", "update", "merge", "delete", "capacity", "vetoed")}
-        print(f"consolidation: {len(data['consolidation'])} windows; " + ", ".join(f"{k} {v}" for k, v in edits.items()))
-    print(f"wrote {config.out / 'traces.jsonl'}, {config.out / 'metrics.json'} and {config.out / 'report.md'}")
+    _print_results(data, config.out)
     failed = data["infrastructure_errors"]
+    if not failed and compare_trained:
+        failed = _trained_comparison(config, args.episodes)
     if not failed:
         return 0
     reasons = {str(error["error"]) for error in failed}
@@ -122,6 +119,48 @@ def _run(args: argparse.Namespace) -> int:
     print(f"evoharness: {len(failed)} episode(s) failed for infrastructure reasons{reason} (not counted as task failures)"
           f"{hint}; run again with --out {config.out} --resume to retry them", file=sys.stderr)
     return 1
+
+
+TRAINED_SEEDS = 10_000
+"""First seed of the main job's trained-policy episodes: the reproduction's held-out seeds, never trained on."""
+
+
+def _shipped_adapter_playable() -> bool:
+    """True when the training package ships its adapter and peft is installed to play it."""
+    import importlib.util
+
+    from .runner.suite import shipped_adapter
+
+    return importlib.util.find_spec("peft") is not None and shipped_adapter() is not None
+
+
+def _trained_comparison(main: Any, episodes: int) -> list[dict[str, Any]]:
+    """The main job's second part: the embedded model before and after harness training, both under
+    the shipped adapter's prompt format and episode settings, on held-out crm-migration seeds at
+    the difficulty it was trained for. Returns the infrastructure failures."""
+    from .runner.suite import RunConfig, run_suite
+
+    config = RunConfig(envs=["crm-migration"], policies=["base", "trained"], harnesses=["bpe"], frameworks=["core"],
+                       episodes=episodes, seed=TRAINED_SEEDS + main.seed, difficulty=1, out=main.out / "trained",
+                       mode=main.mode, bank="frozen",  # each episode starts from the empty store, as in training
+                       note="The embedded SmolLM2-135M-Instruct before (base) and after (trained) harness fine-tuning "
+                            "(the shipped LoRA adapter), under the bpe harness, on held-out crm-migration seeds at difficulty 1.")
+    print("the embedded model before and after harness training (crm-migration, difficulty 1, held-out seeds):", flush=True)
+    data = run_suite(config)
+    _print_results(data, config.out)
+    return list(data["infrastructure_errors"])
+
+
+def _print_results(data: dict[str, Any], out: Path) -> None:
+    """A line per combination of a finished run, its consolidation edits, and where it wrote."""
+    for row in data["summary"]:
+        print(f"{row['env']:<18} {row['policy']:<7} {row['harness']:<7} {row['framework']:<10} "
+              f"success {row['success_rate']:.0%}  steps {row['mean_steps']:.1f}  "
+              f"prompt tokens/step {row['mean_prompt_tokens_per_step']:.0f}")
+    if data["consolidation"]:
+        edits = {k: sum(w[k] for w in data["consolidation"]) for k in ("add", "update", "merge", "delete", "capacity", "vetoed")}
+        print(f"consolidation: {len(data['consolidation'])} windows; " + ", ".join(f"{k} {v}" for k, v in edits.items()))
+    print(f"wrote {out / 'traces.jsonl'}, {out / 'metrics.json'} and {out / 'report.md'}")
 
 
 def _endpoint_hint(error: BaseException, base_url: str) -> str:
@@ -316,8 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--env", nargs="+", help="crm-migration, compliance-review, alfworld, textworld, an environment "
                      "an installed package registers, or package.module:Class")
-    run.add_argument("--policy", nargs="+", choices=["expert", "noisy", "local", "trained", "openai"],
-                     help="who acts (trained: the embedded model with a LoRA adapter, --adapter)")
+    run.add_argument("--policy", nargs="+", choices=["expert", "noisy", "local", "trained", "base", "openai"],
+                     help="who acts (trained: the embedded model with a LoRA adapter, --adapter; base: the same model and "
+                          "prompt format without the adapter)")
     run.add_argument("--adapter", help="LoRA adapter folder of the trained policy, with its evoharness.json card "
                      "(default: the adapter the training package ships)")
     run.add_argument("--model", help="local model folder (local) or model name (openai)")

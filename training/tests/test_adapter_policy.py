@@ -106,3 +106,27 @@ def test_the_trained_policy_without_an_adapter_says_what_to_pass(tmp_path: Path,
     monkeypatch.setattr(suite, "shipped_adapter", lambda: None)
     assert main(["run", "--policy", "trained", "--env", "crm-migration", "--out", str(tmp_path / "r")]) == 1
     assert "needs --adapter FOLDER" in capsys.readouterr().err
+
+
+def test_the_main_job_compares_the_shipped_adapter_with_its_base_on_held_out_seeds(adapter_folder, tmp_path: Path,
+                                                                                    monkeypatch, capsys) -> None:
+    from evoharness_bpe import read_traces
+    from evoharness_bpe.lab import cli
+    from evoharness_bpe.lab.runner import suite
+
+    monkeypatch.setattr(suite, "shipped_adapter", lambda: None)
+    assert not cli._shipped_adapter_playable()  # nothing shipped: the main job stays as it was
+    monkeypatch.setattr(suite, "shipped_adapter", lambda: adapter_folder)
+    assert cli._shipped_adapter_playable()
+    main_run = suite.RunConfig(out=tmp_path / "run", seed=0, mode="new")
+    main_run.out.mkdir()
+    assert cli._trained_comparison(main_run, episodes=1) == []
+    traces = list(read_traces(tmp_path / "run" / "trained" / "traces.jsonl"))
+    assert sorted(t.metadata["policy"] for t in traces) == ["base", "trained"]
+    for trace in traces:
+        assert trace.env == "crm-migration" and trace.harness == "bpe"
+        assert trace.metadata["difficulty"] == 1 and trace.metadata["seed"] >= cli.TRAINED_SEEDS  # never a training seed
+        assert trace.model_calls[0].messages[0]["content"].startswith("Call exactly one tool per reply.")  # the card's prompt
+    printed = capsys.readouterr().out
+    assert "before and after harness training" in printed and "crm-migration      base" in printed
+    assert "crm-migration      trained" in printed

@@ -49,8 +49,12 @@ def read_adapter_card(folder: str | Path) -> dict[str, Any]:
     return card
 
 
-def adapter_policy(folder: str | Path, *, max_new_tokens: int = 224) -> Any:
-    """A `TransformersPolicy` playing the adapter in `folder` merged into its base model."""
+def adapter_policy(folder: str | Path, *, max_new_tokens: int = 224, with_adapter: bool = True) -> Any:
+    """A `TransformersPolicy` playing the adapter in `folder` merged into its base model.
+
+    With ``with_adapter=False`` it plays the base model alone under the same prompt format: the
+    policy before training, for a like-for-like comparison with the trained one.
+    """
     from .transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, TransformersPolicy, embedded_model_dir
 
     card = read_adapter_card(folder)
@@ -80,10 +84,10 @@ def adapter_policy(folder: str | Path, *, max_new_tokens: int = 224) -> Any:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    policy = TransformersPolicy(merged, tokenizer=tokenizer, native_tools=True, max_new_tokens=max_new_tokens,
+    played = PeftModel.from_pretrained(model, str(folder)).merge_and_unload() if with_adapter else model
+    policy = TransformersPolicy(played, tokenizer=tokenizer, native_tools=True, max_new_tokens=max_new_tokens,
                                 chat_template_kwargs=dict(policy_card.get("chat_template_kwargs") or {}),
                                 one_line_calls=bool(policy_card.get("one_line_calls", True)),
                                 **({"prefill": policy_card["prefill"]} if policy_card.get("prefill") else {}))
-    policy.name = f"{Path(folder).name} (LoRA over {base})"
+    policy.name = f"{Path(folder).name} (LoRA over {base})" if with_adapter else f"{base} (base of {Path(folder).name})"
     return policy

@@ -68,7 +68,7 @@ def policy_identity(kind: str, config: Any) -> dict[str, Any]:
 
 
 def _policy_identity(kind: str, config: Any) -> dict[str, Any]:
-    if kind == "trained":
+    if kind in ("trained", "base"):
         from .suite import trained_adapter  # noqa: PLC0415
 
         folder = Path(trained_adapter(config)).resolve()

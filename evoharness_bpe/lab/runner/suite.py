@@ -39,7 +39,9 @@ from .report import PLOTS, write_report
 
 __all__ = ["RunConfig", "run_suite", "POLICIES", "make_policy", "open_store", "RunInterrupted"]
 
-POLICIES = ("expert", "noisy", "local", "trained", "openai")
+POLICIES = ("expert", "noisy", "local", "trained", "base", "openai")
+ADAPTER_POLICIES = ("trained", "base")
+"""Policies read from an adapter card: the adapter merged into its base model, and the base alone."""
 
 
 @dataclass
@@ -47,7 +49,8 @@ class RunConfig:
     """What `evoharness run` runs (every field is also a command-line flag)."""
 
     envs: list[str] = field(default_factory=lambda: ["crm-migration"], metadata={"help": "environments"})
-    policies: list[str] = field(default_factory=lambda: ["expert"], metadata={"help": "expert, noisy, local, trained or openai"})
+    policies: list[str] = field(default_factory=lambda: ["expert"], metadata={"help": "expert, noisy, local, trained, base "
+                                                                                   "(the trained policy's base model without its adapter) or openai"})
     harnesses: list[str] = field(default_factory=lambda: ["none", "append", "bpe"], metadata={"help": "none, append, panels, bpe"})
     frameworks: list[str] = field(default_factory=lambda: ["core"], metadata={"help": "core or an installed integration"})
     episodes: int = field(default=1, metadata={"help": "episodes per combination (seeds seed, seed+1, …)"})
@@ -172,10 +175,10 @@ def make_policy(kind: str, env: Any, config: RunConfig, cache: dict[str, Policy]
     if kind == "noisy":
         return NoisyExpertPolicy(env, epsilon=config.epsilon, seed=seed)
     if kind not in cache:
-        if kind == "trained":
+        if kind in ADAPTER_POLICIES:
             from ..policies.adapter import adapter_policy  # noqa: PLC0415
 
-            cache[kind] = adapter_policy(trained_adapter(config))
+            cache[kind] = adapter_policy(trained_adapter(config), with_adapter=kind == "trained")
             return cache[kind]
         if kind == "local":
             from ..policies.transformers import TransformersPolicy  # noqa: PLC0415
@@ -348,7 +351,7 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
     superseded: set[str] = set()  # finished episodes rerun because what their policy saw changed
     infrastructure: list[dict[str, Any]] = []
     identities = {kind: policy_identity(kind, config) for kind in config.policies}
-    trained_settings = trained_episode(config) if "trained" in config.policies else {}
+    trained_settings = trained_episode(config) if set(ADAPTER_POLICIES) & set(config.policies) else {}
     skipped: list[str] = []
     envs: dict[str, Any] = {}
     interrupted: RunInterrupted | None = None
@@ -362,7 +365,7 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
                 env = envs.get(env_name) or envs.setdefault(env_name, _make_env(env_name, config))
                 budget = int(getattr(env, "step_budget", 200))
                 max_steps = config.max_steps or (budget if kind in ("expert", "noisy") else min(budget, config.model_max_steps))
-                if kind == "trained" and config.max_steps is None:  # whole episodes, as the adapter was evaluated
+                if kind in ADAPTER_POLICIES and config.max_steps is None:  # whole episodes, as the adapter was evaluated
                     max_steps = min(budget, int(trained_settings.get("max_steps") or budget))
                 combo = (env_name, kind, name, framework)
                 namespace = ("evoharness", env_name, kind)
@@ -373,7 +376,7 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
                                                    observations_in_belief=config.observations_in_belief, parts=parts,
                                                    charge_meta_actions=config.charge_meta_actions,
                                                    max_meta_actions=config.max_meta_actions)
-                    if kind == "trained":  # the prompt format the adapter was trained with
+                    if kind in ADAPTER_POLICIES:  # the prompt format the adapter was trained with
                         episode_config = episode_config.model_copy(update={k: v for k, v in trained_settings.items() if k != "max_steps"})
                     stamp = episode_fingerprint(env=env, env_name=env_name, difficulty=config.difficulty, framework=framework,
                                                 policy=identities[kind], episode=episode_config, bank=config.bank,
@@ -382,7 +385,7 @@ def run_suite(config: RunConfig, *, teacher: Any = None) -> dict[str, Any]:
                     if stamp in stamps:
                         continue
                     label = f"{env_name} {kind} {name} {framework} seed {seed}"
-                    tick = progress.start(label, max_steps, calls=kind in ("local", "trained", "openai"))
+                    tick = progress.start(label, max_steps, calls=kind in ("local", *ADAPTER_POLICIES, "openai"))
                     last = episode == config.episodes - 1
                     result: Trace | Exception
                     for attempt in range(1, config.retries + 2):
