@@ -10,8 +10,9 @@ where SmolLM2-135M's time goes on a CPU.
    a refreshed dashboard included), against the bare `Env.step`.
 3. SmolLM2-135M (the embedded GGUF) on a real difficulty-1 row of the compact template: one
    optimizer step of the old path (every weight, fp32) and of the new (LoRA r16 on the top 10
-   layers, bf16 autocast where the CPU has it), and held-out replies one after another in fp32
-   against 10 prompts in one batched generation from a bf16 copy; printed side by side as ratios.
+   layers, bf16 autocast where the CPU has it), the same step through TRL's fused LM head with
+   every position scored and with the reply's only, and held-out replies one after another in
+   fp32 against 10 prompts in one batched generation from a bf16 copy; printed side by side as ratios.
 """
 
 from __future__ import annotations
@@ -146,6 +147,26 @@ def _step_time(model: Any, ids: Any, prompt_len: int, *, bf16: bool, repeat: int
     return statistics.median(times[1:])
 
 
+def _fused_step_time(model: Any, ids: Any, prompt_len: int, repeat: int = 2) -> float:
+    """One optimizer step as TRL's SFT trainer takes it: the fused LM head's log-probabilities of the reply."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+    labels = ids.clone()
+    labels[:, :prompt_len] = -100
+    times = []
+    for _ in range(repeat + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        loss = -out.log_probs.sum() / (labels != -100).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
 def speed() -> None:
     """3: the old path and the new one, side by side, on the same machine and in the same process."""
     import copy
@@ -180,6 +201,19 @@ def speed() -> None:
     print(f"| old: every weight, fp32 | {old_step:.2f} | 1.00 |")
     print(f"| LoRA r16 all layers, fp32 | {lora_all_step:.2f} | {lora_all_step / old_step:.2f} |")
     print(f"| new: LoRA r16 top 10 layers, {'bf16 autocast' if bf16 else 'fp32'} | {new_step:.2f} | {new_step / old_step:.2f} |")
+    from trl.trainer.utils import add_fused_lm_head
+
+    from evoharness_bpe_training.speed import score_trained_positions_only
+
+    fused = copy.deepcopy(base)
+    add_fused_lm_head(fused, outputs=("log_probs", "entropy", "is_top1"))  # as TRL's SFT trainer adds it
+    fused = get_peft_model(fused, lora_config(base, r=16, alpha=32, top_layers=10))
+    every_position = _fused_step_time(fused, ids, prompt_len)
+    score_trained_positions_only()
+    compact = _fused_step_time(fused, ids, prompt_len)
+    del fused
+    print(f"| TRL's SFT step (fused LM head), top 10 layers, every position scored | {every_position:.2f} | {every_position / old_step:.2f} |")
+    print(f"| the same, the reply's positions only (`score_trained_positions_only`) | {compact:.2f} | {compact / old_step:.2f} |")
 
     kwargs = dict(tokenizer=tokenizer, native_tools=True, chat_template_kwargs=CHAT_TEMPLATE_KWARGS, max_new_tokens=160)
     sequential = TransformersPolicy(lora_top.merge_and_unload().eval(), **kwargs)
