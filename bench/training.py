@@ -128,7 +128,9 @@ def _row_and_prompts(tokenizer: Any, count: int) -> tuple[Any, list[Any]]:
     return (texts[longest], len(tokenizer(prompt_text)["input_ids"])), prompts
 
 
-def _step_time(model: Any, ids: Any, prompt_len: int, *, bf16: bool, repeat: int = 2) -> float:
+def _step_time(model: Any, ids: Any, prompt_len: int, *, bf16: bool = False, fused: bool = False, repeat: int = 2) -> float:
+    """Median seconds of one optimizer step on the reply's tokens: the model's own loss, or with
+    `fused` the log-probabilities of TRL's fused LM head, as its SFT trainer takes them."""
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -139,27 +141,10 @@ def _step_time(model: Any, ids: Any, prompt_len: int, *, bf16: bool, repeat: int
     for _ in range(repeat + 1):  # the first is a warm-up
         start = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
-
-
-def _fused_step_time(model: Any, ids: Any, prompt_len: int, repeat: int = 2) -> float:
-    """One optimizer step as TRL's SFT trainer takes it: the fused LM head's log-probabilities of the reply."""
-    import torch
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-5)
-    labels = ids.clone()
-    labels[:, :prompt_len] = -100
-    times = []
-    for _ in range(repeat + 1):  # the first is a warm-up
-        start = time.perf_counter()
-        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
-        loss = -out.log_probs.sum() / (labels != -100).sum()
+            if fused:
+                loss = -model(input_ids=ids, labels=labels, fused_lm_head=True).log_probs.sum() / (labels != -100).sum()
+            else:
+                loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -208,9 +193,9 @@ def speed() -> None:
     fused = copy.deepcopy(base)
     add_fused_lm_head(fused, outputs=("log_probs", "entropy", "is_top1"))  # as TRL's SFT trainer adds it
     fused = get_peft_model(fused, lora_config(base, r=16, alpha=32, top_layers=10))
-    every_position = _fused_step_time(fused, ids, prompt_len)
+    every_position = _step_time(fused, ids, prompt_len, fused=True)
     score_trained_positions_only()
-    compact = _fused_step_time(fused, ids, prompt_len)
+    compact = _step_time(fused, ids, prompt_len, fused=True)
     del fused
     print(f"| TRL's SFT step (fused LM head), top 10 layers, every position scored | {every_position:.2f} | {every_position / old_step:.2f} |")
     print(f"| the same, the reply's positions only (`score_trained_positions_only`) | {compact:.2f} | {compact / old_step:.2f} |")
