@@ -108,6 +108,17 @@ class SFTRecipeConfig(_HarnessDefaults, SFTConfig, ModelConfig):
         metadata={"help": "Largest share of a split's rows that may be dropped for losing completion tokens to "
                           "`max_length`; above it the run refuses and says how long the rows are."},
     )
+    opening_weight: float = field(
+        default=1.0,
+        metadata={"help": "Loss weight of the first `opening_tokens` tokens of each reply, where a call names its tool "
+                          "(1: every token alike). The choice of tool is one token among the dozens of a call's "
+                          "arguments, so an unweighted loss can fall low while the choice stays a guess."},
+    )
+    opening_tokens: int = field(
+        default=24,
+        metadata={"help": "How many tokens at the start of each reply `opening_weight` applies to (the call's opening "
+                          "markup, its tool name and its first argument)."},
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.eval_fraction < 1.0:
@@ -116,6 +127,9 @@ class SFTRecipeConfig(_HarnessDefaults, SFTConfig, ModelConfig):
             raise UserError(f"max_lost_completions must be in [0, 1], got {self.max_lost_completions}")
         if self.truncation_side not in ("left", "right"):
             raise UserError(f"truncation_side must be left or right, not {self.truncation_side!r}")
+        if self.opening_weight <= 0 or self.opening_tokens < 1:
+            raise UserError(f"opening_weight must be above 0 and opening_tokens at least 1, got {self.opening_weight} and "
+                            f"{self.opening_tokens}")
         if self.max_length is not None and self.max_length < 1:
             raise UserError(f"max_length must be at least 1, got {self.max_length}")
         self._harness_post_init()

@@ -81,6 +81,8 @@ class ReproduceConfig:
     sft_batch_size: int = field(default=8, metadata={"help": "SFT rows per step."})
     sft_loss: str = field(default="completion", metadata={"help": "`completion` (the reply's tokens only) or `full` (every token of the row: "
                                                                   "a student trained from scratch also learns the observations it must copy from)."})
+    sft_opening_weight: float = field(default=1.0, metadata={"help": "Loss weight of each reply's first tokens, where it names its "
+                                                                       "tool (with --sft-loss completion; 1: every token alike)."})
     grpo_steps: int = field(default=20, metadata={"help": "GRPO optimizer steps."})
     grpo_learning_rate: float = field(default=1e-4, metadata={"help": "GRPO learning rate."})
     grpo_states_per_step: int = field(default=2, metadata={"help": "States (prompts) per GRPO step."})
@@ -132,6 +134,11 @@ class ReproduceConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if self.model == "student" and self.lora_r:
             raise UserError("--lora-r applies to a pretrained model; the student trains every weight (set --lora-r 0)")
+        if self.sft_opening_weight <= 0:
+            raise UserError(f"--sft-opening-weight must be above 0, got {self.sft_opening_weight}")
+        if self.sft_loss == "full" and self.sft_opening_weight != 1.0:
+            raise UserError("--sft-opening-weight weighs the start of each reply; with --sft-loss full every token is trained: "
+                            "leave it at 1 or use --sft-loss completion")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
 
@@ -344,6 +351,7 @@ def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out:
                              gradient_accumulation_steps=config.sft_batch_size if peft_config is not None else 1,
                              max_length=4096, eval_fraction=0.0,
                              deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
+                             opening_weight=config.sft_opening_weight,
                              **_train_kwargs(config, precision))
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
                      callbacks=[_step_progress("sft-train", log)], quiet=True)

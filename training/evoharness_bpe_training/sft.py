@@ -25,7 +25,7 @@ from evoharness_bpe.exceptions import UserError
 
 from .config import SFTRecipeConfig, as_recipe, recipe_dict
 
-__all__ = ["SFTRecipeConfig", "SFTResult", "CompletionSafeSFTTrainer", "fit_rows", "run_sft", "load_sft_dataset"]
+__all__ = ["SFTRecipeConfig", "SFTResult", "CompletionSafeSFTTrainer", "fit_rows", "opening_weights", "run_sft", "load_sft_dataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,14 +90,34 @@ class CompletionSafeSFTTrainer(SFTTrainer):
     TRL truncates the end of a row and silently drops a row left without completion tokens; here
     the prompt's start goes first (``truncation_side="left"``), every dropped row is counted and
     logged (`row_report`), and when more than `max_lost_completions` of a split would be dropped
-    the trainer refuses to start.
+    the trainer refuses to start. With `opening_weight` above 1 the first `opening_tokens` tokens
+    of each reply, where a call names its tool, weigh that much more in the loss (`opening_weights`).
     """
 
-    def __init__(self, *args: Any, truncation_side: str = "left", max_lost_completions: float = 0.05, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, truncation_side: str = "left", max_lost_completions: float = 0.05,
+                 opening_weight: float = 1.0, opening_tokens: int = 24, **kwargs: Any) -> None:
         self.truncation_side = truncation_side
         self.max_lost_completions = max_lost_completions
+        self.opening_weight = opening_weight
+        self.opening_tokens = opening_tokens
         self.row_report: dict[str, dict[str, int]] = {}
         super().__init__(*args, **kwargs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN201 - TRL's signature
+        """TRL's loss, or with `opening_weight` ≠ 1 the reply's opening tokens weighted (the negative
+        log-likelihood of TRL's fused LM head, summed with the weights and divided by the tokens)."""
+        if self.opening_weight == 1.0 or self.label_smoother is not None or self.compute_loss_func is not None:
+            return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        import torch
+
+        inputs["use_cache"] = False
+        outputs = model(**inputs, fused_lm_head=True)
+        weights = opening_weights(outputs.label_mask, self.opening_tokens, self.opening_weight)
+        tokens = outputs.label_mask.sum() if num_items_in_batch is None else num_items_in_batch
+        loss = (-outputs.log_probs * weights).sum() / torch.as_tensor(tokens).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes
+        return (loss, outputs) if return_outputs else loss
 
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):  # noqa: ANN001 - TRL's signature
         from datasets import Dataset
@@ -114,6 +134,19 @@ class CompletionSafeSFTTrainer(SFTTrainer):
         self.row_report[dataset_name] = report
         _check_lost(report, dataset_name, self.truncation_side, self.max_lost_completions)
         return prepared
+
+
+def opening_weights(label_mask: Any, tokens: int, weight: float) -> Any:
+    """Per-position loss weights: `weight` on the first `tokens` trained positions of each row
+    (``label_mask`` True), 1 on the other trained positions, 0 elsewhere.
+
+    >>> import torch
+    >>> opening_weights(torch.tensor([[False, True, True, True]]), 2, 5.0).tolist()
+    [[0.0, 5.0, 5.0, 1.0]]
+    """
+    trained = label_mask.bool()
+    opening = trained & (trained.long().cumsum(dim=-1) <= tokens)
+    return trained.float() + (weight - 1.0) * opening.float()
 
 
 def _check_lost(report: dict[str, int], split: str, side: str, allowed: float) -> None:
@@ -225,6 +258,8 @@ def run_sft(
         callbacks=[MetricsFileCallback(out / "metrics.jsonl"), *(callbacks or [])],
         truncation_side=config.truncation_side,
         max_lost_completions=config.max_lost_completions,
+        opening_weight=config.opening_weight,
+        opening_tokens=config.opening_tokens,
     )
     if len(trainer.train_dataset) == 0:
         raise UserError("no training row fits max_length; raise max_length")

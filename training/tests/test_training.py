@@ -85,3 +85,39 @@ def test_loss_is_on_the_assistant_reply_only(sft_traces, tiny_dir, tmp_path) -> 
     call = dataset[0]["completion"][0]["tool_calls"][0]["function"]
     assert "<tool_call>" in trained and trained.rstrip().endswith("<|im_end|>") and call["name"] in trained and call["arguments"] in trained
     assert "</bpe-dashboard>" not in trained and "# Tools" not in trained
+
+
+def test_the_opening_weight_weighs_the_first_reply_tokens_of_each_row() -> None:
+    import torch
+
+    from evoharness_bpe_training.sft import opening_weights
+
+    mask = torch.tensor([[False, False, True, True, True, False], [False, True, True, True, True, True]])
+    assert opening_weights(mask, 2, 4.0).tolist() == [[0, 0, 4, 4, 1, 0], [0, 4, 4, 1, 1, 1]]
+    assert opening_weights(mask, 2, 1.0).tolist() == mask.float().tolist()
+
+
+def test_the_trainer_loss_weighs_each_replys_opening(tiny_dir, sft_traces, tmp_path) -> None:
+    import torch
+
+    from evoharness_bpe_training import traces_to_sft_dataset
+    from evoharness_bpe_training.models import load_model_and_tokenizer
+    from evoharness_bpe_training.presets import get_preset
+    from evoharness_bpe_training.sft import CompletionSafeSFTTrainer, opening_weights
+
+    dataset = traces_to_sft_dataset(sft_traces, eval_fraction=0.0)["train"].select(range(2))
+    config = get_preset("tiny").sft_config(output_dir=str(tmp_path), per_device_train_batch_size=2, use_peft=False)
+    model, tokenizer = load_model_and_tokenizer("tiny", cache_dir=tiny_dir)
+    losses = []
+    for weight in (1.0, 6.0):
+        trainer = CompletionSafeSFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                                           opening_weight=weight, opening_tokens=3)
+        batch = next(iter(trainer.get_train_dataloader()))
+        with torch.no_grad():
+            losses.append(float(trainer.compute_loss(trainer.model, dict(batch))))
+            out = trainer.model(**batch, fused_lm_head=True)
+    weights = opening_weights(out.label_mask, 3, 6.0)
+    expected = float((-out.log_probs * weights).sum() / out.label_mask.sum())
+    plain = float(-out.log_probs.sum() / out.label_mask.sum())
+    assert abs(losses[0] - plain) < 1e-4 and abs(losses[1] - expected) < 1e-4
+    assert losses[1] > losses[0]  # the opening's tokens count six times
