@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     _print_results(data, config.out)
     failed = data["infrastructure_errors"]
     if not failed and compare_trained:
-        failed = _trained_comparison(config, args.episodes)
+        failed = _trained_comparison(config, max(args.episodes, TRAINED_EPISODES))
     if not failed:
         return 0
     reasons = {str(error["error"]) for error in failed}
@@ -123,6 +123,8 @@ def _run(args: argparse.Namespace) -> int:
 
 TRAINED_SEEDS = 10_000
 """First seed of the main job's trained-policy episodes: the reproduction's held-out seeds, never trained on."""
+TRAINED_EPISODES = 3
+"""Held-out episodes per policy in the main job's comparison of the base and trained models (at least)."""
 
 
 def _shipped_adapter_playable() -> bool:
