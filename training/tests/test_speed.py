@@ -83,7 +83,9 @@ def test_the_fused_lm_head_scores_only_labelled_positions_on_cpu_with_the_same_l
         return apply(hidden, *args)
 
     monkeypatch.setattr(utils._ChunkedLogProbFunction, "apply", counting)
-    monkeypatch.setattr(utils, "_use_triton", utils._use_triton)  # restored after the test
+    from trl.kernels.chunked_logprob import _use_triton as trl_choice
+
+    monkeypatch.setattr(utils, "_use_triton", trl_choice)  # TRL's own choice (a run_sft earlier in the session adjusted it)
     every = model(input_ids=ids, labels=labels, fused_lm_head=True)
     assert score_trained_positions_only() and score_trained_positions_only()  # idempotent
     compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
