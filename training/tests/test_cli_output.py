@@ -13,7 +13,7 @@ from evoharness_bpe import TraceWriter
 def _cli(*args: str) -> subprocess.CompletedProcess:
     # as a user's shell would start it: without the quieting an in-process CLI test may have left in os.environ
     env = {k: v for k, v in os.environ.items() if k not in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY",
-                                                             "TRANSFORMERS_NO_ADVISORY_WARNINGS")}
+                                                             "TRANSFORMERS_NO_ADVISORY_WARNINGS", "TQDM_DISABLE")}
     return subprocess.run([sys.executable, "-m", "evoharness_bpe_training.cli", *args], capture_output=True, text=True,
                           timeout=300, env=env)
 
