@@ -15,10 +15,13 @@ import warnings
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import __version__
 from ..exceptions import EvoHarnessError, UserError
+
+if TYPE_CHECKING:
+    from .runner.suite import RunConfig
 
 __all__ = ["build_parser", "main", "OneLineParser", "DefaultsHelpFormatter", "one_line_errors"]
 
@@ -136,7 +139,7 @@ def _shipped_adapter_playable() -> bool:
     return importlib.util.find_spec("peft") is not None and shipped_adapter() is not None
 
 
-def _trained_comparison(main: Any, episodes: int) -> list[dict[str, Any]]:
+def _trained_comparison(main: "RunConfig", episodes: int) -> list[dict[str, Any]]:
     """The main job's second part: the embedded model before and after harness training, both under
     the shipped adapter's prompt format and episode settings, on held-out crm-migration seeds at
     the difficulty it was trained for. Returns the infrastructure failures."""

@@ -178,15 +178,17 @@ def balance_by_position(rows: list[dict[str, Any]], reached: dict[Any, int], *, 
     whose openings dedupe to one row each would share a position's rows half and half, whatever
     their episode counts (twelve easy episodes and two hard ones teaching the opening 7 to 7).
     """
-    by_position: dict[tuple[str, Any], list[dict[str, Any]]] = defaultdict(list)
+    def key(row: dict[str, Any]) -> Any:
+        return (kind(row), row["position"]) if kind is not None else row["position"]
+
+    by_position: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        by_position[(repr(kind(row)) if kind is not None else "", row["position"])].append(row)
+        by_position[key(row)].append(row)
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
-    for label, position in sorted(by_position):
-        group = by_position[(label, position)]
-        wanted = reached.get((kind(group[0]), position)) if kind is not None else reached.get(position)
-        target = max(len(group), wanted or len(group))
+    for position in sorted(by_position, key=lambda k: (repr(k[0]), k[1]) if kind is not None else k):
+        group = by_position[position]
+        target = max(len(group), reached.get(position, len(group)))
         extra = list(group)
         rng.shuffle(extra)
         out.extend(group)

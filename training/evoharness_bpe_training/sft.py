@@ -102,11 +102,14 @@ class CompletionSafeSFTTrainer(SFTTrainer):
         self.opening_tokens = opening_tokens
         self.row_report: dict[str, dict[str, int]] = {}
         super().__init__(*args, **kwargs)
+        if opening_weight != 1.0 and (self.label_smoother is not None or self.compute_loss_func is not None):
+            raise UserError("opening_weight weighs the negative log-likelihood; it cannot combine with label smoothing or a "
+                            "compute_loss_func: leave it at 1 or drop those")
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN201 - TRL's signature
         """TRL's loss, or with `opening_weight` ≠ 1 the reply's opening tokens weighted (the negative
         log-likelihood of TRL's fused LM head, summed with the weights and divided by the tokens)."""
-        if self.opening_weight == 1.0 or self.label_smoother is not None or self.compute_loss_func is not None:
+        if self.opening_weight == 1.0:
             return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
         import torch
 
