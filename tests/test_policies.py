@@ -82,6 +82,28 @@ def test_expert_uses_meta_actions_only_when_offered() -> None:
     assert not names & kinds
 
 
+
+@pytest.mark.parametrize("difficulty", [1, 2])
+def test_crm_expert_plans_each_page_as_batches_the_dashboard_lists(difficulty: int) -> None:
+    env = make_env("crm-migration", difficulty)
+    config = EpisodeConfig(harness="bpe", seed=4, max_steps=env.step_budget, window=4, dashboard_tokens=160, spec_style="compact")
+    trace = run_episode(env, ExpertPolicy(env), None, config)
+    assert trace.outcome.success
+    calls = [c.response["tool_calls"][0]["function"] for c in trace.model_calls]
+    names = [c["name"] for c in calls]
+    batches = -(-env.n_records // env.batch_size)
+    planned = [json.loads(c["arguments"])["subgoal"] for c in calls if c["name"] == "commit" and '"todo"' in c["arguments"]]
+    assert planned == [f"batch {i}" for i in range(1, batches + 1)]
+    first_fetch = names.index("fetch_page")
+    assert names[first_fetch - 2 : first_fetch] == ["commit", "commit"]  # a page's batches are planned before it is read
+    for call, name, made in zip(trace.model_calls, names, calls):
+        dashboard = call.messages[0]["content"]
+        if name == "submit_batch":
+            batch = json.loads(made["arguments"])["batch_id"]
+            assert "NEXT:" in dashboard and f"batch-{batch}" in dashboard
+        if name == "finish":
+            assert "NEXT:" not in dashboard  # nothing left to send: the workspace says so
+
 class _Server:
     """A tiny OpenAI-compatible endpoint on 127.0.0.1 whose replies come from a function."""
 

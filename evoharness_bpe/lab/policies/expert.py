@@ -22,6 +22,7 @@ from ..policy import ChatMessage
 __all__ = ["ExpertPolicy", "EXPERTS"]
 
 META = frozenset({"track", "commit", "recall", "note"})
+PAGE_SIZE = 50  # records a page of the CRM export holds (its fetch_page tool says so)
 Action = tuple[str, dict[str, Any]]
 
 
@@ -89,6 +90,8 @@ class _CRMBrain(_Brain):
         super().__init__(task, env)
         self.pages = int(re.search(r"\((\d+) page", task).group(1))  # type: ignore[union-attr]
         self.batch_size = int(re.search(r"at most (\d+) (?:record )?ids", task).group(1))  # type: ignore[union-attr]
+        self.n_records = int(re.search(r"Migrate (?:all )?(\d+)", task).group(1))  # type: ignore[union-attr]
+        self.planned = 0  # batches committed as todo subgoals so far
         self.next_page = 1
         self.queue: list[str] = []
         self.batch_id = 1
@@ -109,8 +112,10 @@ class _CRMBrain(_Brain):
             self.t = body["t"]
         if name == "track":
             self.interval_tracked = True
-        elif name == "commit":
-            if self.to_commit and not _is_error(result):
+        elif name == "commit" and not _is_error(result):
+            if args.get("status") == "todo":
+                self.planned += 1
+            elif self.to_commit:
                 self.to_commit.pop(0)
         elif name == "wait" and isinstance(body, dict):
             self.wait_needed = 0
@@ -173,8 +178,21 @@ class _CRMBrain(_Brain):
                     return "wait", {"seconds": gap}
             return "submit_batch", {"batch_id": self.batch_id, "record_ids": self.queue[: self.batch_size]}
         if not all_fetched:
+            due = self.batch_to_plan()
+            if "commit" in meta and due:
+                return "commit", {"subgoal": due, "status": "todo"}
             return "fetch_page", {"page": self.next_page}
         return "finish", {}
+
+    def batch_to_plan(self) -> str | None:
+        """The next batch of the page about to be read, before it is read (so the plan is in Progress).
+
+        The dashboard then lists the batches still to send (NEXT), and an empty list says the
+        migration can finish: the decision is read off the workspace, not counted from the task.
+        """
+        through = min(self.n_records, self.next_page * PAGE_SIZE)
+        due = -(-through // self.batch_size)
+        return f"batch {self.planned + 1}" if self.planned < due else None
 
 
 class _ComplianceBrain(_Brain):
