@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import time
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -42,7 +43,7 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "resume_config", "write_adapter_card", "register", "PRESETS", "STAGES"]
+__all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "write_adapter_card", "register", "PRESETS", "STAGES"]
 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
@@ -460,6 +461,21 @@ def _save(model: Any, tokenizer: Any, folder: Path, config: ReproduceConfig | No
         write_adapter_card(folder, config, tokenizer, stage)
 
 
+def reproduce_command(config: ReproduceConfig, preset: str = "cpu") -> str:
+    """The ``evoharness reproduce`` command line that makes `config`: `preset` and the flags that differ from it."""
+    base = asdict(load_reproduce_preset(preset))
+    words = ["evoharness", "reproduce", "--preset", preset, "--out", config.out]
+    for name, value in asdict(config).items():
+        if name == "out" or value == base.get(name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
 def write_adapter_card(folder: str | Path, config: ReproduceConfig, tokenizer: Any, stage: str) -> Path:
     """The adapter card (``evoharness.json``) of a LoRA adapter a stage saved: its base model, the
     episode settings and prompt format it was trained under, and the config that produced it, so
@@ -476,7 +492,7 @@ def write_adapter_card(folder: str | Path, config: ReproduceConfig, tokenizer: A
                     "max_invalid_run": episode.max_invalid_run},
         "policy": {"chat_template": tokenizer.chat_template, "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS),
                    "one_line_calls": True},
-        "produced_by": {"command": f"evoharness reproduce --out {config.out}", "stage": stage,
+        "produced_by": {"command": reproduce_command(config), "stage": stage,
                         "train_seeds": {str(level): [0, n - 1] for level, n in config.episodes_per_level().items()},
                         "config": asdict(config)},
     }

@@ -43,6 +43,23 @@ def test_the_card_records_the_base_the_prompt_format_and_what_produced_it(adapte
                                "system_prompt": "Call exactly one tool per reply.", "max_invalid_run": 5}
     assert "# Tools" in card["policy"]["chat_template"]  # the compact template itself, not a name
     assert card["produced_by"]["stage"] == "sft" and card["produced_by"]["config"]["lora_layers"] == 10
+    assert card["produced_by"]["command"] == f"evoharness reproduce --preset cpu --out runs/x --model {tiny_dir}"
+
+
+def test_the_recorded_command_makes_the_same_config() -> None:
+    import shlex
+    from dataclasses import asdict, fields
+
+    from evoharness_bpe.lab.cli import build_parser
+    from evoharness_bpe_training.reproduce import ReproduceConfig, load_reproduce_preset, reproduce_command
+
+    config = load_reproduce_preset("cpu", out="runs/my run", difficulties="1", train_episodes="16", sft_epochs=3.0,
+                                   system_prompt="One tool a reply, please.", lockstep=False)
+    command = reproduce_command(config)
+    assert "--lora-r" not in command  # only what differs from the preset
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    again = load_reproduce_preset(args.preset, **{f.name: getattr(args, f.name) for f in fields(ReproduceConfig)})
+    assert asdict(again) == asdict(config)
 
 
 def test_the_adapter_policy_answers_as_the_merged_model(adapter_folder, tiny_dir) -> None:
