@@ -147,3 +147,23 @@ def test_the_main_job_compares_the_shipped_adapter_with_its_base_on_held_out_see
     printed = capsys.readouterr().out
     assert "before and after harness training" in printed and "crm-migration      base" in printed
     assert "crm-migration      trained" in printed
+
+
+def test_the_shipped_adapter_is_the_cpu_presets_and_fits_the_package() -> None:
+    from dataclasses import asdict
+
+    from evoharness_bpe.lab.policies.adapter import read_adapter_card
+    from evoharness_bpe.lab.runner.suite import shipped_adapter
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce_command
+
+    folder = shipped_adapter()
+    assert folder is not None, "the training package ships adapters/smollm2-crm"
+    assert sum(p.stat().st_size for p in folder.iterdir()) <= 10 * 2**20
+    card = read_adapter_card(folder)
+    produced = card["produced_by"]
+    preset = load_reproduce_preset("cpu", out=produced["config"]["out"])
+    assert produced["config"] == asdict(preset), "the cpu preset changed: retrain and ship its adapter again"
+    assert produced["command"] == reproduce_command(preset) and produced["stage"] == "sft"
+    assert card["episode"]["max_steps"] == preset.max_steps and card["episode"]["window"] == preset.window
+    lora = json.loads((folder / "adapter_config.json").read_text())
+    assert (lora["r"], lora["lora_alpha"], len(lora["layers_to_transform"])) == (preset.lora_r, preset.lora_alpha, preset.lora_layers)
