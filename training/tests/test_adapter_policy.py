@@ -53,7 +53,7 @@ def test_the_recorded_command_makes_the_same_config() -> None:
     from evoharness_bpe.lab.cli import build_parser
     from evoharness_bpe_training.reproduce import ReproduceConfig, load_reproduce_preset, reproduce_command
 
-    config = load_reproduce_preset("cpu", out="runs/my run", difficulties="1", train_episodes="16", sft_epochs=3.0,
+    config = load_reproduce_preset("cpu", out="runs/my run", difficulties="1,2", train_episodes="16,2", sft_epochs=2.0,
                                    system_prompt="One tool a reply, please.", lockstep=False)
     command = reproduce_command(config)
     assert "--lora-r" not in command  # only what differs from the preset
