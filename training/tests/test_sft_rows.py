@@ -175,10 +175,13 @@ def test_balancing_weighs_each_difficulty_by_its_own_episodes() -> None:
             env = make_env("crm-migration", level)
             traces.append(run_episode(env, ExpertPolicy(env), None, config.model_copy(update={"seed": seed})))
     rows = traces_to_sft_dataset(traces, eval_fraction=0.0, balance_positions=True)["train"]
+    names = [c.response["tool_calls"][0]["function"]["name"] for c in traces[0].model_calls]
+    first_submit = names.index("submit_batch")  # after recall, the page's planned batches and fetch_page
+    assert first_submit == [c.response["tool_calls"][0]["function"]["name"] for c in traces[-1].model_calls].index("submit_batch")
     first_batches = Counter()
     for row in rows:
         call = row["completion"][0]["tool_calls"][0]["function"]
         arguments = json.loads(call["arguments"])
-        if call["name"] == "submit_batch" and arguments["batch_id"] == 1 and row["position"] == 2:
+        if call["name"] == "submit_batch" and arguments["batch_id"] == 1 and row["position"] == first_submit:
             first_batches[len(arguments["record_ids"])] += 1
     assert first_batches == {10: 12, 25: 2}

@@ -74,7 +74,8 @@ def test_every_reproduce_preset_loads_and_validates(name: str) -> None:
     from evoharness_bpe_training.reproduce import load_reproduce_preset
 
     config = load_reproduce_preset(name, out="x")
-    assert config.out == "x" and config.levels() == [1, 2] and config.stage_list() == ["raw", "sft", "grpo"]
+    assert config.out == "x" and config.stage_list() == ["raw", "sft", "grpo"]
+    assert config.levels()[0] == 1 and sorted(config.episodes_per_level()) == config.levels()  # target (a) is read at difficulty 1
     assert config.episode_config(7).seed == 7 and config.episode_config().spec_style == config.spec_style
 
 
