@@ -103,6 +103,22 @@ def test_a_frozen_bank_is_read_never_written_and_its_hash_is_in_the_fingerprint(
     assert len(_traces(out)) == 4
 
 
+def test_an_episode_bank_gives_each_episode_an_empty_store_that_reads_back_its_own_notes(tmp_path: Path) -> None:
+    bank = tmp_path / "bank.db"
+    digest = _seed_bank(bank)
+    out = tmp_path / "run"
+    run_suite(RunConfig(envs=["crm-migration"], policies=["expert"], harnesses=["bpe"], episodes=2, out=out,
+                        store=str(bank), bank="episode"))
+    traces = _traces(out)
+    for trace in traces:
+        assert "no experience matches" in trace.meta_actions[0].content  # the seed bank is not seen ...
+        noted = [e for e in trace.meta_actions if e.name == "note" and e.ok]
+        assert noted and "HINTS" in trace.model_calls[-1].messages[0]["content"]  # ... the episode's own notes are
+    store = SQLiteExperienceStore(bank)
+    assert content_hash(store, NS) == digest and store.count(NS) == 1  # and nothing reached the run's store
+    store.close()
+
+
 # -- an evolving bank ------------------------------------------------------------------------------
 def test_an_evolving_run_is_frozen_inside_a_window_and_consolidated_after_it(tmp_path: Path) -> None:
     bank = tmp_path / "seed.db"

@@ -147,7 +147,7 @@ def _trained_comparison(main: "RunConfig", episodes: int) -> list[dict[str, Any]
 
     config = RunConfig(envs=["crm-migration"], policies=["base", "trained"], harnesses=["bpe"], frameworks=["core"],
                        episodes=episodes, seed=TRAINED_SEEDS + main.seed, difficulty=1, out=main.out / "trained",
-                       mode=main.mode, bank="frozen",  # each episode starts from the empty store, as in training
+                       mode=main.mode, bank="episode",  # each episode on an empty store of its own, as in training
                        note="The embedded SmolLM2-135M-Instruct before (base) and after (trained) harness fine-tuning "
                             "(the shipped LoRA adapter), under the bpe harness, on held-out crm-migration seeds at difficulty 1.")
     print("the embedded model before and after harness training (crm-migration, difficulty 1, held-out seeds):", flush=True)
@@ -394,8 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--observations-in-belief", action=argparse.BooleanOptionalAction, default=True,
                      help="bpe and panels: also copy each environment result into Belief while it is whole in the "
                      "recent window (--no-observations-in-belief: the window only; errors still open an exception)")
-    run.add_argument("--bank", choices=["live", "frozen", "evolving"], default="live",
-                     help="the Experience store: written as episodes run (live), only read (frozen), or evolved by "
+    run.add_argument("--bank", choices=["live", "episode", "frozen", "evolving"], default="live",
+                     help="the Experience store: written as episodes run (live), an empty one per episode (episode), "
+                     "only read (frozen), or evolved by "
                      "each combination from a copy in windows of --consolidate-every episodes (evolving)")
     run.add_argument("--consolidate-every", type=_positive, default=5, help="episodes per window of an evolving bank")
     run.add_argument("--consolidator", choices=["rules", "model"], default="rules",

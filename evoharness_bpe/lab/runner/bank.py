@@ -1,7 +1,10 @@
-"""How a run treats its Experience store (``evoharness run --bank``): live, frozen or evolving.
+"""How a run treats its Experience store (``evoharness run --bank``): live, episode, frozen or evolving.
 
 * ``live`` — episodes read and write the store as they run (notes are consolidated at note
   time, recalled entries credited at the end of each episode).
+* ``episode`` — each episode plays on an empty store of its own: what it notes it recalls, and
+  nothing outlives it (how `evoharness reproduce` records and evaluates episodes, so a trained
+  adapter plays as it was trained).
 * ``frozen`` — episodes read the store and write nothing (a `FrozenView`): every episode sees
   the same bank, and its fingerprint holds the bank's content hash.
 * ``evolving`` — each combination (environment, policy, harness, framework) evolves its own
@@ -25,12 +28,13 @@ from ...consolidator.window import BankLimits, WindowConsolidator, WindowNote, c
 from ...stores.base import ExperienceStore, Namespace
 from ...stores.frozen import FrozenView, content_hash
 from ...stores.memory import MemoryExperienceStore
+from ...stores.memory import MemoryExperienceStore
 from ...trace import Trace
 
 __all__ = ["BankMode", "BANK_MODES", "EVOLVED_BANK", "RunBank"]
 
-BankMode = Literal["live", "frozen", "evolving"]
-BANK_MODES = ("live", "frozen", "evolving")
+BankMode = Literal["live", "episode", "frozen", "evolving"]
+BANK_MODES = ("live", "episode", "frozen", "evolving")
 EVOLVED_BANK = "evolved-bank.jsonl"
 """The run folder's file of evolved banks: one entry a line, with its combination."""
 
@@ -68,6 +72,8 @@ class RunBank:
         """The store the next episode of `combo` plays on."""
         if self.mode == "live":
             return self.store
+        if self.mode == "episode":
+            return MemoryExperienceStore()
         if self.mode == "frozen":
             return self.frozen
         return self._bank(combo, namespace).view

@@ -94,7 +94,7 @@ class RunConfig:
         return out
 
     bank: BankMode = field(default="live", metadata={
-        "help": "live (episodes write the store as they run), frozen (they only read it) or evolving (each "
+        "help": "live (episodes write the store as they run), episode (an empty store each), frozen (they only read it) or evolving (each "
                 "combination evolves a private copy of it in windows of --consolidate-every episodes)"})
     consolidate_every: int = field(default=5, metadata={"help": "episodes per window of an evolving bank"})
     consolidator: str = field(default="rules", metadata={"help": "who consolidates an evolving bank: rules or model"})
