@@ -82,7 +82,6 @@ def test_expert_uses_meta_actions_only_when_offered() -> None:
     assert not names & kinds
 
 
-
 @pytest.mark.parametrize("difficulty", [1, 2])
 def test_crm_expert_plans_each_page_as_batches_the_dashboard_lists(difficulty: int) -> None:
     env = make_env("crm-migration", difficulty)
@@ -103,6 +102,7 @@ def test_crm_expert_plans_each_page_as_batches_the_dashboard_lists(difficulty: i
             assert "NEXT:" in dashboard and f"batch-{batch}" in dashboard
         if name == "finish":
             assert "NEXT:" not in dashboard  # nothing left to send: the workspace says so
+
 
 class _Server:
     """A tiny OpenAI-compatible endpoint on 127.0.0.1 whose replies come from a function."""

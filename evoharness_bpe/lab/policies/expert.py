@@ -17,12 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ...exceptions import UserError
+from ..envs.crm import PAGE_SIZE  # public: the fetch_page tool says a page holds 50 ids
 from ..policy import ChatMessage
 
 __all__ = ["ExpertPolicy", "EXPERTS"]
 
 META = frozenset({"track", "commit", "recall", "note"})
-PAGE_SIZE = 50  # records a page of the CRM export holds (its fetch_page tool says so)
 Action = tuple[str, dict[str, Any]]
 
 

@@ -28,7 +28,6 @@ from ...consolidator.window import BankLimits, WindowConsolidator, WindowNote, c
 from ...stores.base import ExperienceStore, Namespace
 from ...stores.frozen import FrozenView, content_hash
 from ...stores.memory import MemoryExperienceStore
-from ...stores.memory import MemoryExperienceStore
 from ...trace import Trace
 
 __all__ = ["BankMode", "BANK_MODES", "EVOLVED_BANK", "RunBank"]
