@@ -37,7 +37,7 @@ from evoharness_bpe.lab.runner.lockstep import Lockstep
 
 from .rewards import CostWeights, RolloutCost, cost_aware_score
 
-__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "episode_cost", "ContinuationReward", "reply_from_text",
+__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "episode_cost", "ContinuationReward", "reply_from_text",
            "reference_scorer"]
 
 ChatMessage = dict[str, Any]
@@ -75,8 +75,8 @@ class ContinuationPolicy:
 def state_rows(traces: Iterable[Trace], render: Callable[[list[ChatMessage], list[dict[str, Any]]], str]) -> list[dict[str, Any]]:
     """One GRPO row per model call of `traces`: ``prompt`` (the text `render` makes of that call's
     messages and the episode's tools), ``seed``, ``difficulty``, ``replies`` (JSON of the replies
-    before it), ``env``, ``position`` (the call's index) and ``called`` (the tool the recorded
-    reply called, ``""`` for none)."""
+    before it), ``env``, ``position`` (the call's index), ``called`` (the tool the recorded
+    reply called, ``""`` for none) and ``succeeded`` (whether the recorded episode succeeded)."""
     rows = []
     for trace in traces:
         seed = trace.metadata.get("seed")
@@ -92,6 +92,7 @@ def state_rows(traces: Iterable[Trace], render: Callable[[list[ChatMessage], lis
                 "env": trace.env or "",
                 "position": position,
                 "called": _called(call.response),
+                "succeeded": bool(trace.outcome.success),
             })
             replies = [*replies, call.response]
     return rows
@@ -106,6 +107,12 @@ def consulting_states(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows (`state_rows`) where the recorded policy called a meta-action: the states where
     it consulted its harness, which is what harness annealing decides."""
     return [row for row in rows if row.get("called") in META_ACTIONS]
+
+
+def successful_states(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows (`state_rows`) of episodes that succeeded: states the policy can finish from, where
+    a group's continuations can differ in cost and not only fail alike."""
+    return [row for row in rows if row.get("succeeded")]
 
 
 def episode_cost(trace: Trace) -> RolloutCost:
@@ -128,6 +135,24 @@ def reference_scorer(weights: Any = None) -> Callable[[Trace, int], float]:
 
     chosen = weights if weights is not None else ReferenceRewardWeights()
     return lambda trace, update: reference_reward_from_trace(trace, update, chosen)[0]
+
+
+def _canonical(action: ChatMessage) -> Any:
+    """What an action does: its calls' names and parsed arguments, or its text when it calls nothing."""
+    calls = action.get("tool_calls")
+    if not calls:
+        return str(action.get("content") or "").strip()
+    parsed = []
+    for call in calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass
+        parsed.append([function.get("name"), arguments])
+    return parsed
 
 
 @contextmanager
@@ -167,6 +192,9 @@ class ContinuationReward:
     (the reference's composite reward, say: `reference_scorer`)."""
     lockstep: bool = True
     """Play the continuations of a batch side by side, one batched generation per round (`Lockstep`)."""
+    continuation_calls: int | None = None
+    """Model calls a continuation may make after its action; an episode still running then is cut and
+    scores as unfinished (the reference's step budget T_max). None: up to the config's ``max_steps``."""
     __name__: str = "continuation_reward"
     _scored: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
@@ -180,15 +208,19 @@ class ContinuationReward:
         if self._scored and next(iter(self._scored))[0] != step:
             self._scored.clear()  # the policy changed: continuations may differ now
         keys, queued = [], {}  # queued: key → (env, replies, action, seed) of each action still to play
+        tools: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for n, completion in enumerate(completions):
             text = completion if isinstance(completion, str) else str(completion[0].get("content") or "")
-            key = (step, env[n], int(difficulty[n]), int(seed[n]), replies[n], text)
+            level = int(difficulty[n])
+            if (env[n], level) not in tools:
+                tools[env[n], level] = self.make_env(env[n], level).tools(style=self.config.spec_style)
+            action = reply_from_text(self.prefill + text, tools[env[n], level])
+            # texts that parse to the same call (spacing, key order) play the same continuation
+            key = (step, env[n], level, int(seed[n]), replies[n], json.dumps(_canonical(action), sort_keys=True))
             keys.append(key)
             if (self.cache and key in self._scored) or key in queued:
                 continue
-            environment = self.make_env(env[n], int(difficulty[n]))
-            action = reply_from_text(self.prefill + text, environment.tools(style=self.config.spec_style))
-            queued[key] = (environment, json.loads(replies[n]), action, int(seed[n]))
+            queued[key] = (self.make_env(env[n], level), json.loads(replies[n]), action, int(seed[n]))
         traces = dict(zip(queued, self._play(list(queued.values()), model), strict=True))
         rewards, fresh = [], {}
         for key in keys:
@@ -216,7 +248,10 @@ class ContinuationReward:
         """Finish each ``(env, replies, action, seed)`` episode with the policy: side by side in
         lockstep (one batched generation per round) when `lockstep` is on and the policy batches."""
         def job(environment: Any, recorded: list[ChatMessage], action: ChatMessage, seed: int) -> Callable[[Any], Trace]:
-            config = self.config.model_copy(update={"seed": seed})
+            update: dict[str, Any] = {"seed": seed}
+            if self.continuation_calls is not None:
+                update["max_steps"] = min(self.config.max_steps, len(recorded) + 1 + self.continuation_calls)
+            config = self.config.model_copy(update=update)
             return lambda player: run_episode(environment, ContinuationPolicy(recorded, action, player), None, config)
 
         jobs = [job(*episode) for episode in episodes]

@@ -2,6 +2,7 @@
 
     evoharness reproduce --out runs/miniature                # the CPU preset: SmolLM2-135M, LoRA, bf16 (2 cores)
     evoharness reproduce --resume runs/miniature             # continue it at its first unfinished stage
+    evoharness reproduce --fork runs/miniature --lam 0.1 --out runs/lam01  # a GRPO ablation on the same SFT
     evoharness reproduce --preset tiny --out runs/smoke      # a smoke test of the pipeline (about a minute)
     evoharness reproduce --preset smollm2-gpu --out runs/gpu # SmolLM2-135M full fine-tune on one GPU
     evoharness reproduce --model student --lora-r 0 ...      # the from-scratch student of earlier rounds
@@ -43,7 +44,8 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "write_adapter_card", "register", "PRESETS", "STAGES"]
+__all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
+           "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "register", "PRESETS", "STAGES"]
 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
@@ -92,6 +94,12 @@ class ReproduceConfig:
     grpo_difficulties: str = field(default="1", metadata={"help": "Difficulties whose states GRPO trains on (continuations of longer episodes cost more)."})
     grpo_eval_difficulties: str = field(default="", metadata={"help": "Difficulties the GRPO policy is evaluated at (empty: all of "
                                                                            "--difficulties); target (c) then uses the last stage that has both."})
+    grpo_from_successes: bool = field(default=False, metadata={"help": "GRPO trains on states of the SFT policy's successful episodes "
+                                                                        "only: states it can finish from, where a group's continuations "
+                                                                        "differ in cost and not only fail alike."})
+    grpo_continuation_calls: int = field(default=0, metadata={"help": "Model calls a GRPO continuation may make after its sampled action; "
+                                                                     "one still running is cut and scores as unfinished (the reference's "
+                                                                     "step budget). 0: up to --max-steps."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
@@ -130,7 +138,7 @@ class ReproduceConfig:
                 raise UserError(f"--{name.replace('_', '-')} takes {' or '.join(choices)}, not {getattr(self, name)!r}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise UserError(f"--precision takes auto, bf16 or fp32, not {self.precision!r}")
-        for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run"):
+        for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if self.model == "student" and self.lora_r:
@@ -185,6 +193,36 @@ def load_reproduce_preset(name: str, **overrides: Any) -> ReproduceConfig:
 # -- stages ---------------------------------------------------------------------------------
 STAGES: tuple[str, ...] = ("expert", "raw", "sft-train", "sft", "grpo-states", "grpo-train", "grpo")
 """The stages of a run in order; each writes a marker when it finishes (`StageFolder`)."""
+
+
+STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "expert": ("expert.jsonl", "raw"),  # raw/: the student built from the expert traces
+    "raw": ("eval-raw.jsonl",), "sft-train": ("sft",), "sft": ("eval-sft.jsonl",),
+    "grpo-states": ("grpo-states.jsonl", "grpo-states.json"), "grpo-train": ("grpo",), "grpo": ("eval-grpo.jsonl",),
+}
+"""What each stage writes in the run folder (besides its marker)."""
+
+_FIRST_AFFECTED: dict[str, str | None] = {
+    **dict.fromkeys(("out", "stages"), None),
+    **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
+    **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
+    **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
+                     "grpo_continuation_calls", "reward", "lam", "mu", "invalid_penalty", "use_vllm"), "grpo-train"),
+    "grpo_eval_difficulties": "grpo",
+}
+"""The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
+
+
+def shared_stages(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """The stages (in order) whose outputs a run with `wanted` settings can take from a run made with `saved`:
+    those before the first stage any differing setting changes."""
+    first = len(STAGES)
+    for name in set(saved) | set(wanted):
+        if saved.get(name) != wanted.get(name):
+            stage = _FIRST_AFFECTED.get(name, STAGES[0])
+            if stage is not None:
+                first = min(first, STAGES.index(stage))
+    return list(STAGES[:first])
 
 
 def _policy(model: Any, tokenizer: Any, config: ReproduceConfig, *, temperature: float = 0.0):
@@ -406,6 +444,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         weights=CostWeights(lam=config.lam, mu=config.mu, invalid_penalty=config.invalid_penalty),
         lockstep=config.lockstep,
         scorer=reference_scorer() if config.reward == "reference" else None,
+        continuation_calls=config.grpo_continuation_calls or None,
     )
     batch = config.grpo_states_per_step * config.grpo_generations
     args = GRPOConfig(
@@ -534,18 +573,20 @@ def _base_model(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[Any, 
     return model, tokenizer
 
 
-def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False) -> dict[str, Any]:
+def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False, fork: str | Path | None = None) -> dict[str, Any]:
     """Run the reproduction end to end; write ``results.json``, ``report.md`` and plots in ``config.out``.
 
     Every stage (`STAGES`) leaves its outputs and a marker in ``config.out``; with `resume` the run
-    already there continues at its first unfinished stage (its config must equal `config`).
+    already there continues at its first unfinished stage (its config must equal `config`). With
+    `fork`, a new run starts from the finished stages of the run in that folder which `config`'s
+    differences leave alone (`shared_stages`): a GRPO ablation reuses the SFT it starts from.
     """
     import torch
 
     from evoharness_bpe import read_traces
     from evoharness_bpe.lab.policies import ExpertPolicy
 
-    from .continuation import consulting_states, state_rows
+    from .continuation import consulting_states, state_rows, successful_states
     from .datasets import traces_to_sft_dataset
     from .reproduce_report import targets, write_report
     from .speed import resolve_precision
@@ -556,7 +597,15 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     transformers_logging.disable_progress_bar()  # stages print their own progress lines
     started = time.perf_counter()
     out = Path(config.out)
-    folder = StageFolder.open(out, asdict(config), resume=resume)
+    if fork is not None and resume:
+        raise UserError("--fork starts a new run; --resume continues one: pass one of them")
+    defaults = {f.name: f.default for f in fields(ReproduceConfig)}
+    folder = StageFolder.open(out, asdict(config), resume=resume, defaults=defaults)
+    if fork is not None:
+        saved = {**defaults, **fork_config(fork)}  # settings added since the run was made: their defaults
+        reused = shared_stages(saved, asdict(config))
+        copied = folder.adopt(fork, {stage: STAGE_OUTPUTS[stage] for stage in reused})
+        log(f"fork: {', '.join(copied) or 'no stage'} taken from {fork}")
     precision = resolve_precision(config.precision)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -608,6 +657,11 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             player = _policy(inference_copy(model, precision), tokenizer, config)
             own = _play(player, config, seeds, out / "grpo-states.jsonl", log=log, stage="grpo-states")
             states = state_rows(own, player.render_prompt)
+            if config.grpo_from_successes:
+                finished = successful_states(states)
+                if not finished:
+                    log("grpo: the SFT policy finished none of its episodes; training on the states of all of them")
+                states = finished or states
             kind = config.grpo_states
             if kind == "consulting":
                 consulting = consulting_states(states)
@@ -662,6 +716,9 @@ def register(commands: Any) -> None:
                                                                         "test of the pipeline, not a result)")
     parser.add_argument("--resume", metavar="OUT", default=None,
                         help="continue the run in OUT at its first unfinished stage (refused if a flag differs from its config)")
+    parser.add_argument("--fork", metavar="SRC", default=None,
+                        help="start a new run (--out) with SRC's settings and the flags given, taking SRC's finished stages "
+                             "those flags leave alone (a GRPO ablation reuses SRC's SFT)")
     shown = _preset_values("cpu")
     for f in fields(ReproduceConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -701,16 +758,35 @@ def resume_config(folder: str | Path, preset: str | None = None, **overrides: An
     return ReproduceConfig(**values)
 
 
+def fork_config(folder: str | Path) -> dict[str, Any]:
+    """The saved config of the run in `folder`, for ``--fork``."""
+    try:
+        return json.loads((Path(folder) / "config.json").read_text("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"--fork {folder}: no run there (no config.json)") from None
+    except ValueError as exc:
+        raise UserError(f"--fork {folder}: config.json is not valid JSON ({exc})") from None
+
+
 def _main(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in fields(ReproduceConfig)}
+    if args.resume and args.fork:
+        raise UserError("--fork starts a new run from another's stages; --resume continues a run: pass one of them")
     if args.resume:
         if overrides.get("out") not in (None, args.resume):
             raise UserError("--resume OUT continues the run in OUT; leave out --out")
         config = resume_config(args.resume, args.preset, **overrides)
+    elif args.fork:
+        if overrides.get("out") in (None, args.fork):
+            raise UserError("--fork SRC starts a new run: give it its own --out")
+        known = {f.name for f in fields(ReproduceConfig)}
+        values = {k: v for k, v in fork_config(args.fork).items() if k in known}
+        config = (load_reproduce_preset(args.preset, **overrides) if args.preset
+                  else ReproduceConfig(**{**values, **{k: v for k, v in overrides.items() if v is not None}}))
     else:
         config = load_reproduce_preset(args.preset or "cpu", **overrides)
     try:
-        reproduce(config, log=lambda line: print(line, flush=True), resume=bool(args.resume))
+        reproduce(config, log=lambda line: print(line, flush=True), resume=bool(args.resume), fork=args.fork)
     except KeyboardInterrupt:
         print(f"interrupted: the finished stages in {config.out} are kept; continue with "
               f"evoharness reproduce --resume {config.out}", flush=True)

@@ -3,7 +3,8 @@
 Every stage writes what it made (a model, traces, metrics) and then a marker,
 ``stages/<name>.json``, holding its results and wall time; a stage with a marker is finished. A
 resumed run (`StageFolder.open(..., resume=True)`) keeps the folder's config, refuses one that
-differs, and starts at the first stage without a marker. `Progress` prints a line per step of a
+differs, and starts at the first stage without a marker; a new run can adopt another run's
+finished stages (`StageFolder.adopt`) that its own settings leave alone. `Progress` prints a line per step of a
 long stage, with the elapsed time and an estimate of what is left.
 """
 
@@ -37,10 +38,11 @@ class StageFolder:
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: dict[str, Any], *, resume: bool = False,
-             ignore: tuple[str, ...] = ("out",)) -> "StageFolder":
+             ignore: tuple[str, ...] = ("out",), defaults: Mapping[str, Any] | None = None) -> "StageFolder":
         """A new run in `root` (its config written), or with `resume` the run already there.
 
-        A resumed run must have been made with the same config (fields in `ignore` aside).
+        A resumed run must have been made with the same config (fields in `ignore` aside); a field
+        its saved config lacks (a setting added since) counts as its value in `defaults`.
         """
         root = Path(root)
         path = root / "config.json"
@@ -51,7 +53,7 @@ class StageFolder:
                 saved = json.loads(path.read_text("utf-8"))
             except ValueError as exc:
                 raise UserError(f"--resume {root}: config.json is not valid JSON ({exc})") from None
-            differences = config_differences(saved, config, ignore=ignore)
+            differences = config_differences({**(defaults or {}), **saved}, config, ignore=ignore)
             if differences:
                 raise UserError(f"--resume {root}: the run was made with another config ({'; '.join(differences)}); "
                                 "resume without those flags, or start a new run in another folder")
@@ -63,6 +65,33 @@ class StageFolder:
         folder = cls(root, config)
         (root / "stages").mkdir(exist_ok=True)
         return folder
+
+    def adopt(self, source: str | os.PathLike[str], outputs: Mapping[str, tuple[str, ...]]) -> list[str]:
+        """Copy the finished stages of the run in `source` named in `outputs` (stage → the files and
+        folders it wrote, relative to the run) with their markers; returns the stages copied.
+
+        A stage unfinished in `source` is skipped (it runs here). Each copied marker names its source.
+        """
+        import shutil
+
+        source = Path(source)
+        copied = []
+        for stage, paths in outputs.items():
+            marker = source / "stages" / f"{stage}.json"
+            if not marker.exists():
+                continue
+            for relative in paths:
+                origin, target = source / relative, self.root / relative
+                if origin.is_dir():
+                    shutil.copytree(origin, target, dirs_exist_ok=True)
+                elif origin.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(origin, target)
+            record = json.loads(marker.read_text("utf-8"))
+            record["copied_from"] = str(source)
+            self.marker(stage).write_text(json.dumps(record, indent=2, default=float), "utf-8")
+            copied.append(stage)
+        return copied
 
     def marker(self, stage: str) -> Path:
         return self.root / "stages" / f"{stage}.json"

@@ -139,3 +139,66 @@ class _StatelessExpert:
     def complete_batch(self, requests):
         type(self).batches.append(len(requests))
         return [self.complete(m, t) for m, t in requests]
+
+
+class _Waiter:
+    """Plays on with `wait` for ever: an episode that never finishes by itself."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def complete(self, messages, tools):
+        self.calls += 1
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"w{self.calls}", "type": "function", "function": {"name": "wait", "arguments": '{"seconds": 1}'}}]}
+
+
+def _call_text(function: dict, spaced: bool = False) -> str:
+    arguments = function["arguments"] if isinstance(function["arguments"], str) else json.dumps(function["arguments"])
+    if spaced:
+        arguments = json.dumps(json.loads(arguments), indent=None, separators=(" ,", " :  "))
+    return f'<tool_call>\n{{"name": "{function["name"]}", "arguments": {arguments}}}\n</tool_call>'
+
+
+def test_a_continuation_budget_cuts_the_episode_after_that_many_calls(expert_trace) -> None:
+    row = state_rows([expert_trace], lambda m, t: "")[2]
+    good = expert_trace.model_calls[2].response["tool_calls"][0]["function"]
+    played = {}
+    for budget in (None, 4):
+        waiter = _Waiter()
+        reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG.model_copy(update={"max_steps": 40}),
+                                    continuation_calls=budget)
+        reward.policy = waiter
+        reward([row["prompt"]], [_call_text(good)], seed=[row["seed"]], difficulty=[1], replies=[row["replies"]], env=[row["env"]])
+        played[budget] = (waiter.calls, reward.log[-1])
+    assert played[4][0] == 4  # the replayed replies and the action are not counted
+    assert played[None][0] == 40 - 3  # without a budget the episode runs to max_steps
+    assert played[4][1]["success"] == 0.0
+
+
+def test_texts_that_parse_to_the_same_call_play_one_continuation(expert_trace) -> None:
+    replies = [c.response for c in expert_trace.model_calls]
+    row = state_rows([expert_trace], lambda m, t: "")[2]
+    good = replies[2]["tool_calls"][0]["function"]
+    texts = [_call_text(good), _call_text(good, spaced=True), "no call at all"]
+    assert texts[0] != texts[1]
+    reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG)
+    reward.policy = _StatelessExpert()
+    played = []
+    original = reward._play
+    reward._play = lambda episodes, model: played.append(len(episodes)) or original(episodes, model)
+    scores = reward([row["prompt"]] * 3, texts, seed=[row["seed"]] * 3, difficulty=[1] * 3, replies=[row["replies"]] * 3,
+                    env=[row["env"]] * 3)
+    assert played == [2] and scores[0] == scores[1] != scores[2]
+    assert len(reward.log) == 3
+
+
+def test_successful_states_keep_the_rows_of_episodes_that_succeeded(expert_trace) -> None:
+    from evoharness_bpe_training.continuation import successful_states
+
+    failed = expert_trace.model_copy(deep=True)
+    failed.outcome.success = False
+    rows = state_rows([expert_trace, failed], lambda m, t: "")
+    kept = successful_states(rows)
+    assert len(kept) == len(expert_trace.model_calls) and all(row["succeeded"] for row in kept)
+    assert len(rows) == 2 * len(kept)

@@ -108,3 +108,56 @@ def test_reproduce_help_shows_the_cpu_presets_values_and_no_none() -> None:
                           text=True, check=True).stdout
     assert "None" not in text and "(cpu: smollm2-135m)" in text and "--resume OUT" in text
     assert " ".join(text.split()).count("(cpu: 10)") >= 2  # eval episodes and LoRA layers
+
+
+def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() -> None:
+    from dataclasses import asdict
+
+    from evoharness_bpe_training.reproduce import STAGES, ReproduceConfig, shared_stages
+
+    saved = asdict(ReproduceConfig())
+    assert shared_stages(saved, dict(saved)) == list(STAGES)
+    assert shared_stages(saved, {**saved, "lam": 0.1}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
+    assert shared_stages(saved, {**saved, "lam": 0.1, "grpo_states": "consulting"}) == ["expert", "raw", "sft-train", "sft"]
+    assert shared_stages(saved, {**saved, "grpo_eval_difficulties": "2"})[-1] == "grpo-train"
+    assert shared_stages(saved, {**saved, "out": "elsewhere", "threads": 1}) == ["expert"]
+    assert shared_stages(saved, {**saved, "sft_epochs": 9.0}) == []  # a setting not listed changes every stage
+
+
+@pytest.mark.slow
+def test_a_fork_reuses_the_stages_its_changes_leave_alone(interrupted, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from evoharness_bpe_training.reproduce import resume_config, reproduce
+
+    source = interrupted[0]
+    config = replace(resume_config(source), out=str(tmp_path / "fork"), lam=0.2, grpo_continuation_calls=3)
+    lines: list[str] = []
+    summary = reproduce(config, log=lines.append, fork=source)
+    fork = tmp_path / "fork"
+    assert lines[0] == f"fork: expert, raw, sft-train, sft, grpo-states taken from {source}"
+    for stage in ("expert", "raw", "sft-train", "sft", "grpo-states"):
+        assert json.loads((fork / "stages" / f"{stage}.json").read_text())["copied_from"] == str(source)
+    assert "copied_from" not in json.loads((fork / "stages" / "grpo-train.json").read_text())
+    sft = "sft/model/model.safetensors"
+    assert (fork / sft).read_bytes() == (source / sft).read_bytes()  # the SFT it starts from is the source's
+    assert json.loads((fork / "config.json").read_text())["lam"] == 0.2
+    assert [r["stage"] for r in summary["results"]] == ["raw", "sft", "grpo"]
+    with pytest.raises(UserError, match="pass one of them"):
+        reproduce(config, fork=source, resume=True)
+
+
+@pytest.mark.slow
+def test_a_run_saved_before_a_setting_existed_resumes_with_its_default(interrupted, tmp_path: Path) -> None:
+    import shutil
+
+    from evoharness_bpe_training.reproduce import reproduce, resume_config
+
+    out = tmp_path / "older"
+    shutil.copytree(interrupted[0], out)
+    saved = json.loads((out / "config.json").read_text())
+    del saved["grpo_continuation_calls"]
+    (out / "config.json").write_text(json.dumps(saved))
+    lines: list[str] = []
+    reproduce(resume_config(out), log=lines.append, resume=True)
+    assert any(line.startswith("grpo: finished earlier") for line in lines)
