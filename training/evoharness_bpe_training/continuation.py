@@ -200,7 +200,7 @@ class ContinuationReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, seed: Sequence[int],
                  difficulty: Sequence[int], replies: Sequence[str], env: Sequence[str], trainer_state: Any = None,
-                 **_: Any) -> list[float]:
+                 called: Sequence[str] | None = None, **_: Any) -> list[float]:
         if self.policy is None:
             raise UserError("ContinuationReward.policy is not set: give it the policy that plays on after each action")
         step = int(getattr(trainer_state, "global_step", 0))
@@ -223,14 +223,15 @@ class ContinuationReward:
             queued[key] = (self.make_env(env[n], level), json.loads(replies[n]), action, int(seed[n]))
         traces = dict(zip(queued, self._play(list(queued.values()), model), strict=True))
         rewards, fresh = [], {}
-        for key in keys:
+        for n, key in enumerate(keys):
             if key in traces and key not in fresh:
                 fresh[key] = self._score(key, traces[key], queued[key][2])
                 if self.cache:
                     self._scored[key] = fresh[key]
             reward, record = fresh.get(key) or self._scored[key]
             rewards.append(reward)
-            self.log.append(dict(record))
+            # what the recorded policy called in this state: a sample that acts where it consulted explores skipping
+            self.log.append({**record, **({"state_called": called[n]} if called is not None else {})})
         return rewards
 
     def _score(self, key: tuple[Any, ...], trace: Trace, action: ChatMessage) -> tuple[float, dict[str, Any]]:

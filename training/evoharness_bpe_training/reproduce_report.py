@@ -64,6 +64,7 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
                          + " | ".join(f"{by.get(a, 0):.1f}" for a in _META)
                          + f" | {v['env_steps']:.1f} | {v['meta_per_env_step']:.3f} | {v['harness_tokens']:.0f} | "
                          f"{v['invalid_actions']:.1f} | {v['prompt_tokens_mean']:.0f} / {v['prompt_tokens_max']} |")
+    lines += _exploration_lines(summary.get("grpo_curve") or [])
     lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |" for t in summary["targets"]]
     plots = _plots(summary, out)
@@ -72,6 +73,27 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n", "utf-8")
     return path
+
+
+def exploration(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What GRPO's samples did in states where the recorded policy called a meta-action: how many
+    called one too, how many acted on the environment instead (skipped consulting), and how many of
+    those skips still succeeded; None when the log does not say what the states called."""
+    consulting = [r for r in curve if r.get("state_called") in _META]
+    if not consulting:
+        return None
+    skips = [r for r in consulting if r.get("action") and r["action"] not in _META]
+    return {"samples": len(consulting), "meta": sum(1 for r in consulting if r.get("action") in _META),
+            "skips": len(skips), "successful_skips": sum(1 for r in skips if r.get("success"))}
+
+
+def _exploration_lines(curve: list[dict[str, Any]]) -> list[str]:
+    seen = exploration(curve)
+    if seen is None:
+        return []
+    return ["", f"GRPO samples in states where the SFT policy consulted its harness: {seen['samples']}; "
+                f"{seen['meta']} called a meta-action too, {seen['skips']} acted on the environment instead "
+                f"({seen['successful_skips']} of them still succeeded), the rest called nothing valid."]
 
 
 def _stage_lines(summary: dict[str, Any]) -> list[str]:

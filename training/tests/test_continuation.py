@@ -202,3 +202,22 @@ def test_successful_states_keep_the_rows_of_episodes_that_succeeded(expert_trace
     kept = successful_states(rows)
     assert len(kept) == len(expert_trace.model_calls) and all(row["succeeded"] for row in kept)
     assert len(rows) == 2 * len(kept)
+
+
+def test_the_log_says_what_the_state_called_and_exploration_counts_the_skips(expert_trace) -> None:
+    from evoharness_bpe_training.reproduce_report import exploration
+
+    replies = [c.response for c in expert_trace.model_calls]
+    rows = state_rows([expert_trace], lambda m, t: "")
+    consulting = next(row for row in rows if row["called"] in META_ACTIONS)
+    acting = next(r for r in replies[consulting["position"]:] if r["tool_calls"][0]["function"]["name"] not in META_ACTIONS)
+    texts = [_call_text(replies[consulting["position"]]["tool_calls"][0]["function"]),
+             _call_text(acting["tool_calls"][0]["function"]), "no call at all"]
+    reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG)
+    reward.policy = _StatelessExpert()
+    reward([consulting["prompt"]] * 3, texts, seed=[consulting["seed"]] * 3, difficulty=[1] * 3,
+           replies=[consulting["replies"]] * 3, env=[consulting["env"]] * 3, called=[consulting["called"]] * 3)
+    assert [r["state_called"] for r in reward.log] == [consulting["called"]] * 3
+    seen = exploration(reward.log)
+    assert seen == {"samples": 3, "meta": 1, "skips": 1, "successful_skips": 0}  # finishing early fails the migration
+    assert exploration([{**r, "state_called": "fetch_page"} for r in reward.log]) is None
