@@ -154,7 +154,7 @@ def test_the_shipped_adapter_is_the_cpu_presets_and_fits_the_package() -> None:
 
     from evoharness_bpe.lab.policies.adapter import read_adapter_card
     from evoharness_bpe.lab.runner.suite import shipped_adapter
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce_command
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce_command, shared_stages
 
     folder = shipped_adapter()
     assert folder is not None, "the training package ships adapters/smollm2-crm"
@@ -162,8 +162,10 @@ def test_the_shipped_adapter_is_the_cpu_presets_and_fits_the_package() -> None:
     card = read_adapter_card(folder)
     produced = card["produced_by"]
     preset = load_reproduce_preset("cpu", out=produced["config"]["out"])
-    assert produced["config"] == asdict(preset), "the cpu preset changed: retrain and ship its adapter again"
-    assert produced["command"] == reproduce_command(preset) and produced["stage"] == "sft"
+    # the preset may change later stages (GRPO) only: the command then still makes this stage's adapter
+    assert produced["stage"] == "sft" and "sft" in shared_stages(produced["config"], asdict(preset)), \
+        "the cpu preset changed a setting of the SFT stage: retrain and ship its adapter again"
+    assert produced["command"] == reproduce_command(preset)
     assert card["episode"]["max_steps"] == preset.max_steps and card["episode"]["window"] == preset.window
     lora = json.loads((folder / "adapter_config.json").read_text())
     assert (lora["r"], lora["lora_alpha"], len(lora["layers_to_transform"])) == (preset.lora_r, preset.lora_alpha, preset.lora_layers)
