@@ -161,3 +161,18 @@ def test_a_run_saved_before_a_setting_existed_resumes_with_its_default(interrupt
     lines: list[str] = []
     reproduce(resume_config(out), log=lines.append, resume=True)
     assert any(line.startswith("grpo: finished earlier") for line in lines)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--fork", "{tmp}/nowhere", "--out", "{tmp}/new"], "no run there"),
+    (["--fork", "{tmp}/nowhere"], "give it its own --out"),
+    (["--fork", "{tmp}/a", "--resume", "{tmp}/b"], "pass one of them"),
+])
+def test_fork_mistakes_are_clear_errors(tmp_path: Path, flags: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    argv = [flag.format(tmp=tmp_path) for flag in flags]
+    done = subprocess.run([sys.executable, "-m", "evoharness_bpe.lab.cli", "reproduce", *argv], capture_output=True, text=True)
+    assert done.returncode != 0 and message in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr and not (tmp_path / "new").exists()
