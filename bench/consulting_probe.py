@@ -1,0 +1,89 @@
+"""How likely a trained policy is to skip consulting its harness where it consulted.
+
+    python bench/consulting_probe.py runs/miniature            # the SFT policy of a reproduction run
+    python bench/consulting_probe.py runs/miniature --stage grpo
+
+Reads the run's GRPO states (``grpo-states.json``: the prompts where the SFT policy called a
+meta-action, each ending with the reply's opening ``<tool_call>\\n{"name": "``) and scores every
+tool name the prompt offers as the next tokens: P(tool) is the probability of the name and its
+closing quote, normalised over the tools. P(skip) = the mass on environment tools. At sampling
+temperature T the names are tempered as wholes (log P / T, normalised): exact for one-token
+names, an estimate otherwise. GRPO can prefer a cheaper path only if its samples contain one, so
+the expected skips per group (generations × P(skip)) bound what annealing can learn per update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+
+META = ("track", "commit", "recall", "note")
+
+
+def tool_names(prompt: str) -> list[str]:
+    """The tools the prompt's tool section lists (one signature line per tool, compact template)."""
+    section = prompt.split("# Tools", 1)[-1].split("Call one as", 1)[0]
+    return re.findall(r"^(\w+)\(", section, flags=re.MULTILINE)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run", type=Path, help="a reproduction run folder with grpo-states.json")
+    parser.add_argument("--stage", default="sft", choices=("sft", "grpo"))
+    parser.add_argument("--temperatures", default="1.0,1.3")
+    parser.add_argument("--generations", type=int, default=0, help="samples per GRPO group (default: the run's)")
+    args = parser.parse_args()
+
+    import torch
+
+    from evoharness_bpe_training.reproduce import _base_model, _load_trained, resume_config
+
+    config = resume_config(args.run)
+    states = json.loads((args.run / "grpo-states.json").read_text("utf-8"))
+    base, tokenizer = _base_model(config, args.run, None)
+    model = _load_trained(base, args.run / args.stage / "model").eval()
+    temperatures = [float(t) for t in args.temperatures.split(",")]
+    generations = args.generations or config.grpo_generations
+    skips: dict[float, list[float]] = {t: [] for t in temperatures}
+    print(f"| state (seed, call) | recorded | P(skip) at T={' / '.join(map(str, temperatures))} | most likely environment tool |")
+    print("|---|---|---|---|")
+    with torch.no_grad():
+        for state in states:
+            prompt = state["prompt"]
+            ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+            out = model(input_ids=ids, use_cache=True)
+            past, last = out.past_key_values, out.logits[0, -1]
+            logp = {}
+            for name in tool_names(prompt):
+                tokens = tokenizer(name + '"', add_special_tokens=False)["input_ids"]
+                total = float(torch.log_softmax(last.float(), -1)[tokens[0]])
+                if len(tokens) > 1:
+                    import copy
+
+                    cont = model(input_ids=torch.tensor([tokens[:-1]]), past_key_values=copy.deepcopy(past), use_cache=True)
+                    steps = torch.log_softmax(cont.logits[0].float(), -1)
+                    total += sum(float(steps[i, tokens[i + 1]]) for i in range(len(tokens) - 1))
+                logp[name] = total
+            row = []
+            for t in temperatures:
+                top = max(v / t for v in logp.values())
+                weights = {k: math.exp(v / t - top) for k, v in logp.items()}
+                skip = sum(w for k, w in weights.items() if k not in META) / sum(weights.values())
+                skips[t].append(skip)
+                row.append(f"{skip:.4f}")
+            env_best = max((k for k in logp if k not in META), key=logp.get)
+            print(f"| {state['seed']}, {state['position']} | {state['called']} | {' / '.join(row)} | {env_best} |")
+    print()
+    for t in temperatures:
+        values = skips[t]
+        print(f"T={t}: P(skip) median {statistics.median(values):.4f}, max {max(values):.4f}; expected skips per group of "
+              f"{generations}: {generations * statistics.mean(values):.2f}; over {len(values)} states × {generations} samples: "
+              f"{generations * sum(values):.1f}")
+
+
+if __name__ == "__main__":
+    main()
