@@ -10,6 +10,11 @@ closing quote, normalised over the tools. P(skip) = the mass on environment tool
 temperature T the names are tempered as wholes (log P / T, normalised): exact for one-token
 names, an estimate otherwise. GRPO can prefer a cheaper path only if its samples contain one, so
 the expected skips per group (generations × P(skip)) bound what annealing can learn per update.
+
+With ``--play-skips`` each state is also played with the skip forced: the policy's own next
+environment action of that episode in place of the meta-action, then the policy plays on
+greedily (GRPO's continuation, its budget included). Whether a skip still succeeds, and at how
+many meta-actions, says whether exploration alone would let GRPO anneal.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ def main() -> None:
     parser.add_argument("--stage", default="sft", choices=("sft", "grpo"))
     parser.add_argument("--temperatures", default="1.0,1.3")
     parser.add_argument("--generations", type=int, default=0, help="samples per GRPO group (default: the run's)")
+    parser.add_argument("--play-skips", action="store_true", help="also play each state with the skip forced")
     args = parser.parse_args()
 
     import torch
@@ -83,6 +89,46 @@ def main() -> None:
         print(f"T={t}: P(skip) median {statistics.median(values):.4f}, max {max(values):.4f}; expected skips per group of "
               f"{generations}: {generations * statistics.mean(values):.2f}; over {len(values)} states × {generations} samples: "
               f"{generations * sum(values):.1f}")
+    if args.play_skips:
+        play_skips(args.run, config, model, tokenizer, states)
+
+
+def play_skips(run: Path, config, model, tokenizer, states: list[dict]) -> None:  # noqa: ANN001 - a bench script
+    """Play every state with its episode's next environment action forced in place of the meta-action."""
+    from evoharness_bpe import read_traces
+    from evoharness_bpe.lab.envs import make_env
+    from evoharness_bpe_training.continuation import ContinuationReward, episode_cost
+    from evoharness_bpe_training.reproduce import _policy
+    from evoharness_bpe_training.speed import inference_copy, resolve_precision
+
+    episodes = {int(t.metadata["seed"]): t for t in read_traces(run / "grpo-states.jsonl")}
+    texts, rows, recorded = [], [], []
+    for state in states:
+        trace = episodes[int(state["seed"])]
+        later = [c.response for c in trace.model_calls[state["position"] + 1:]]
+        action = next((r for r in later if (r.get("tool_calls") or [{}])[0].get("function", {}).get("name") not in META), None)
+        if action is None:
+            continue
+        function = action["tool_calls"][0]["function"]
+        arguments = function["arguments"] if isinstance(function["arguments"], str) else json.dumps(function["arguments"])
+        texts.append(f'{function["name"]}", "arguments": {arguments}}}\n</tool_call>')
+        rows.append(state)
+        recorded.append(episode_cost(trace))
+    player = _policy(inference_copy(model, resolve_precision(config.precision)), tokenizer, config)
+    reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=config.episode_config(),
+                                continuation_calls=config.grpo_continuation_calls or None, prefill=player.prefill)
+    reward.policy = player
+    reward([r["prompt"] for r in rows], texts, seed=[r["seed"] for r in rows], difficulty=[r["difficulty"] for r in rows],
+           replies=[r["replies"] for r in rows], env=[r["env"] for r in rows])
+    print()
+    print("| state (seed, call) | skipped | forced action | success | meta-calls (recorded episode's) |")
+    print("|---|---|---|---|---|")
+    for row, text, log, cost in zip(rows, texts, reward.log, recorded):
+        print(f"| {row['seed']}, {row['position']} | {row['called']} | {text.split(chr(34))[0]} | {log['success']:.0f} | "
+              f"{log['meta_calls']} ({cost.meta_calls}) |")
+    wins = [log for log, cost in zip(reward.log, recorded) if log["success"] and log["meta_calls"] < cost.meta_calls]
+    print(f"\nforced skips: {len(rows)}; succeeded {sum(1 for log in reward.log if log['success'])}; "
+          f"succeeded with fewer meta-actions than the recorded episode: {len(wins)}")
 
 
 if __name__ == "__main__":
