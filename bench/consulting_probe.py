@@ -20,13 +20,14 @@ many meta-actions, says whether exploration alone would let GRPO anneal.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import re
 import statistics
 from pathlib import Path
 
-META = ("track", "commit", "recall", "note")
+from evoharness_bpe import META_ACTIONS as META
 
 
 def tool_names(prompt: str) -> list[str]:
@@ -68,8 +69,6 @@ def main() -> None:
                 tokens = tokenizer(name + '"', add_special_tokens=False)["input_ids"]
                 total = float(torch.log_softmax(last.float(), -1)[tokens[0]])
                 if len(tokens) > 1:
-                    import copy
-
                     cont = model(input_ids=torch.tensor([tokens[:-1]]), past_key_values=copy.deepcopy(past), use_cache=True)
                     steps = torch.log_softmax(cont.logits[0].float(), -1)
                     total += sum(float(steps[i, tokens[i + 1]]) for i in range(len(tokens) - 1))

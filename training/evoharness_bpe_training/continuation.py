@@ -137,24 +137,6 @@ def reference_scorer(weights: Any = None) -> Callable[[Trace, int], float]:
     return lambda trace, update: reference_reward_from_trace(trace, update, chosen)[0]
 
 
-def _canonical(action: ChatMessage) -> Any:
-    """What an action does: its calls' names and parsed arguments, or its text when it calls nothing."""
-    calls = action.get("tool_calls")
-    if not calls:
-        return str(action.get("content") or "").strip()
-    parsed = []
-    for call in calls:
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                pass
-        parsed.append([function.get("name"), arguments])
-    return parsed
-
-
 @contextmanager
 def _inference(model: Any):
     """The model in eval mode without gradients, its training mode restored afterwards."""
@@ -215,8 +197,8 @@ class ContinuationReward:
             if (env[n], level) not in tools:
                 tools[env[n], level] = self.make_env(env[n], level).tools(style=self.config.spec_style)
             action = reply_from_text(self.prefill + text, tools[env[n], level])
-            # texts that parse to the same call (spacing, key order) play the same continuation
-            key = (step, env[n], level, int(seed[n]), replies[n], json.dumps(_canonical(action), sort_keys=True))
+            # keyed on the parsed call: texts that differ only in spacing play the same continuation
+            key = (step, env[n], level, int(seed[n]), replies[n], json.dumps(action, sort_keys=True))
             keys.append(key)
             if (self.cache and key in self._scored) or key in queued:
                 continue

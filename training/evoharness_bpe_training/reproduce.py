@@ -213,6 +213,9 @@ _FIRST_AFFECTED: dict[str, str | None] = {
 """The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
 
 
+_FORK_OR_RESUME = "--fork starts a new run from another's stages; --resume continues a run: pass one of them"
+
+
 def shared_stages(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The stages (in order) whose outputs a run with `wanted` settings can take from a run made with `saved`:
     those before the first stage any differing setting changes."""
@@ -598,12 +601,10 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     started = time.perf_counter()
     out = Path(config.out)
     if fork is not None and resume:
-        raise UserError("--fork starts a new run; --resume continues one: pass one of them")
-    defaults = {f.name: f.default for f in fields(ReproduceConfig)}
-    folder = StageFolder.open(out, asdict(config), resume=resume, defaults=defaults)
+        raise UserError(_FORK_OR_RESUME)
+    folder = StageFolder.open(out, asdict(config), resume=resume, defaults=_field_defaults())
     if fork is not None:
-        saved = {**defaults, **fork_config(fork)}  # settings added since the run was made: their defaults
-        reused = shared_stages(saved, asdict(config))
+        reused = shared_stages(fork_config(fork), asdict(config))
         copied = folder.adopt(fork, {stage: STAGE_OUTPUTS[stage] for stage in reused})
         log(f"fork: {', '.join(copied) or 'no stage'} taken from {fork}")
     precision = resolve_precision(config.precision)
@@ -740,38 +741,42 @@ def _preset_values(name: str) -> dict[str, Any]:
         return {}
 
 
+def _field_defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields(ReproduceConfig)}
+
+
+def _saved_settings(folder: str | Path, flag: str, missing: str) -> dict[str, Any]:
+    """The settings the run in `folder` was made with: the fields this version knows, one its
+    config.json lacks (a setting added since) at its default. `missing` says what no config means."""
+    try:
+        saved = json.loads((Path(folder) / "config.json").read_text("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{flag} {folder}: {missing}") from None
+    except ValueError as exc:
+        raise UserError(f"{flag} {folder}: config.json is not valid JSON ({exc})") from None
+    defaults = _field_defaults()
+    return {**defaults, **{k: v for k, v in saved.items() if k in defaults}}
+
+
 def resume_config(folder: str | Path, preset: str | None = None, **overrides: Any) -> ReproduceConfig:
     """The config to resume the run in `folder` with: its own (or `preset`'s), with `overrides` on top."""
-    path = Path(folder) / "config.json"
     if preset is not None:
         return load_reproduce_preset(preset, **{**overrides, "out": str(folder)})
-    try:
-        saved = json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"--resume {folder}: nothing to resume there (no config.json); start a run with --out {folder}") from None
-    except ValueError as exc:
-        raise UserError(f"--resume {folder}: config.json is not valid JSON ({exc})") from None
-    known = {f.name for f in fields(ReproduceConfig)}
-    values = {k: v for k, v in saved.items() if k in known}
+    values = _saved_settings(folder, "--resume", f"nothing to resume there (no config.json); start a run with --out {folder}")
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["out"] = str(folder)
     return ReproduceConfig(**values)
 
 
 def fork_config(folder: str | Path) -> dict[str, Any]:
-    """The saved config of the run in `folder`, for ``--fork``."""
-    try:
-        return json.loads((Path(folder) / "config.json").read_text("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"--fork {folder}: no run there (no config.json)") from None
-    except ValueError as exc:
-        raise UserError(f"--fork {folder}: config.json is not valid JSON ({exc})") from None
+    """The settings of the run in `folder`, for ``--fork`` (`_saved_settings`)."""
+    return _saved_settings(folder, "--fork", "no run there (no config.json)")
 
 
 def _main(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in fields(ReproduceConfig)}
     if args.resume and args.fork:
-        raise UserError("--fork starts a new run from another's stages; --resume continues a run: pass one of them")
+        raise UserError(_FORK_OR_RESUME)
     if args.resume:
         if overrides.get("out") not in (None, args.resume):
             raise UserError("--resume OUT continues the run in OUT; leave out --out")
@@ -779,10 +784,8 @@ def _main(args: argparse.Namespace) -> int:
     elif args.fork:
         if overrides.get("out") in (None, args.fork):
             raise UserError("--fork SRC starts a new run: give it its own --out")
-        known = {f.name for f in fields(ReproduceConfig)}
-        values = {k: v for k, v in fork_config(args.fork).items() if k in known}
         config = (load_reproduce_preset(args.preset, **overrides) if args.preset
-                  else ReproduceConfig(**{**values, **{k: v for k, v in overrides.items() if v is not None}}))
+                  else ReproduceConfig(**{**fork_config(args.fork), **{k: v for k, v in overrides.items() if v is not None}}))
     else:
         config = load_reproduce_preset(args.preset or "cpu", **overrides)
     try:
