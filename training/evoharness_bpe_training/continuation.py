@@ -182,7 +182,7 @@ class ContinuationReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, seed: Sequence[int],
                  difficulty: Sequence[int], replies: Sequence[str], env: Sequence[str], trainer_state: Any = None,
-                 called: Sequence[str] | None = None, **_: Any) -> list[float]:
+                 called: Sequence[str] | None = None, forced: Sequence[bool] | None = None, **_: Any) -> list[float]:
         if self.policy is None:
             raise UserError("ContinuationReward.policy is not set: give it the policy that plays on after each action")
         step = int(getattr(trainer_state, "global_step", 0))
@@ -213,7 +213,8 @@ class ContinuationReward:
             reward, record = fresh.get(key) or self._scored[key]
             rewards.append(reward)
             # what the recorded policy called in this state: a sample that acts where it consulted explores skipping
-            self.log.append({**record, **({"state_called": called[n]} if called is not None else {})})
+            self.log.append({**record, **({"state_called": called[n]} if called is not None else {}),
+                             **({"forced": bool(forced[n])} if forced is not None else {})})
         return rewards
 
     def _score(self, key: tuple[Any, ...], trace: Trace, action: ChatMessage) -> tuple[float, dict[str, Any]]:

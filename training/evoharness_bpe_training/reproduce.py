@@ -100,6 +100,10 @@ class ReproduceConfig:
     grpo_continuation_calls: int = field(default=0, metadata={"help": "Model calls a GRPO continuation may make after its sampled action; "
                                                                      "one still running is cut and scores as unfinished (the reference's "
                                                                      "step budget). 0: up to --max-steps."})
+    grpo_skip_samples: int = field(default=0, metadata={"help": "Of each GRPO group, this many samples are the state's skip: the next "
+                                                                 "environment action its episode took, in place of the meta-action "
+                                                                 "(guided exploration: every group compares consulting with acting). "
+                                                                 "0: every sample drawn from the policy."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
@@ -138,7 +142,7 @@ class ReproduceConfig:
                 raise UserError(f"--{name.replace('_', '-')} takes {' or '.join(choices)}, not {getattr(self, name)!r}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise UserError(f"--precision takes auto, bf16 or fp32, not {self.precision!r}")
-        for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls"):
+        for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls", "grpo_skip_samples"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if self.model == "student" and self.lora_r:
@@ -150,6 +154,9 @@ class ReproduceConfig:
                             "leave it at 1 or use --sft-loss completion")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
+        if self.grpo_skip_samples >= self.grpo_generations:
+            raise UserError(f"--grpo-skip-samples ({self.grpo_skip_samples}) must leave at least one sampled action in groups of "
+                            f"--grpo-generations {self.grpo_generations}")
 
     def levels(self) -> list[int]:
         try:
@@ -207,7 +214,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
-                     "grpo_continuation_calls", "reward", "lam", "mu", "invalid_penalty", "use_vllm"), "grpo-train"),
+                     "grpo_continuation_calls", "grpo_skip_samples", "reward", "lam", "mu", "invalid_penalty", "use_vllm"), "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
 """The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
@@ -437,6 +444,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
 
     from .callbacks import MetricsFileCallback
     from .continuation import ContinuationReward, reference_scorer
+    from .exploration import SkipExploration
     from .rewards import CostWeights
     from .sft import quiet_trainer
     from .speed import score_trained_positions_only
@@ -470,6 +478,13 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     if hasattr(model, "peft_config"):  # the SFT adapter trains on
         for name, parameter in model.named_parameters():
             parameter.requires_grad_("lora_" in name)
+    prefill = _policy(model, tokenizer, config).prefill
+    rollout_func = None
+    if config.grpo_skip_samples:
+        skips = _skip_completions(states, out / "grpo-states.jsonl", tokenizer, prefill)
+        log(f"grpo: {config.grpo_skip_samples} of each group of {config.grpo_generations} the state's skip ({len(skips)} of "
+            f"{len(states)} states have one)")
+        rollout_func = SkipExploration(skips, config.grpo_skip_samples, tokenizer)
     score_trained_positions_only()
     trainer = GRPOTrainer(
         model=model,
@@ -478,15 +493,34 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         train_dataset=Dataset.from_list(states),
         processing_class=tokenizer,
         peft_config=peft_config,
+        rollout_func=rollout_func,
         callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _step_progress("grpo-train", log)],
     )
     quiet_trainer(trainer)
     reward.policy = _SnapshotPolicy(trainer, tokenizer, config, precision)
-    reward.prefill = _policy(trainer.model, tokenizer, config).prefill
+    reward.prefill = prefill
     trainer.model.train()
     trainer.train()
     (out / "grpo" / "rewards.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reward.log), "utf-8")
     return trainer.model, reward.log
+
+
+def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer: Any, prefill: str) -> dict[str, str]:
+    """Each consulting state's skip (`exploration.skip_action` in the episode it came from) as the
+    completion text GRPO trains on, keyed by the state's prompt; a state where the episode acted has none."""
+    from evoharness_bpe import read_traces
+
+    from .continuation import consulting_states
+    from .exploration import completion_text, skip_action
+    from .grpo import CHAT_TEMPLATE_KWARGS
+
+    episodes = {(int(t.metadata.get("difficulty") or 1), int(t.metadata["seed"])): t for t in read_traces(traces_path)}
+    skips = {}
+    for state in consulting_states(states):
+        action = skip_action(episodes[int(state["difficulty"]), int(state["seed"])], int(state["position"]))
+        if action is not None:
+            skips[state["prompt"]] = completion_text(tokenizer, action, prefill, CHAT_TEMPLATE_KWARGS)
+    return skips
 
 
 def _line_ends(tokenizer: Any) -> list[int]:

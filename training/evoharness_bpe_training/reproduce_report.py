@@ -78,13 +78,19 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
 def exploration(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What GRPO's samples did in states where the recorded policy called a meta-action: how many
     called one too, how many acted on the environment instead (skipped consulting), and how many of
-    those skips still succeeded; None when the log does not say what the states called."""
+    those skips still succeeded; None when the log does not say what the states called. Skips put
+    in the groups by guided exploration (``forced``) are counted apart from sampled ones."""
     consulting = [r for r in curve if r.get("state_called") in _META]
     if not consulting:
         return None
-    skips = [r for r in consulting if r.get("action") and r["action"] not in _META]
-    return {"samples": len(consulting), "meta": sum(1 for r in consulting if r.get("action") in _META),
+    forced = [r for r in consulting if r.get("forced")]
+    sampled = [r for r in consulting if not r.get("forced")]
+    skips = [r for r in sampled if r.get("action") and r["action"] not in _META]
+    seen = {"samples": len(sampled), "meta": sum(1 for r in sampled if r.get("action") in _META),
             "skips": len(skips), "successful_skips": sum(1 for r in skips if r.get("success"))}
+    if forced:
+        seen |= {"forced_skips": len(forced), "successful_forced_skips": sum(1 for r in forced if r.get("success"))}
+    return seen
 
 
 def _exploration_lines(curve: list[dict[str, Any]]) -> list[str]:
@@ -93,7 +99,9 @@ def _exploration_lines(curve: list[dict[str, Any]]) -> list[str]:
         return []
     return ["", f"GRPO samples in states where the SFT policy consulted its harness: {seen['samples']}; "
                 f"{seen['meta']} called a meta-action too, {seen['skips']} acted on the environment instead "
-                f"({seen['successful_skips']} of them still succeeded), the rest called nothing valid."]
+                f"({seen['successful_skips']} of them still succeeded), the rest called nothing valid."] + (
+        [f"Skips put in the groups (guided exploration): {seen['forced_skips']}, {seen['successful_forced_skips']} of them "
+         f"succeeded."] if "forced_skips" in seen else [])
 
 
 def _stage_lines(summary: dict[str, Any]) -> list[str]:

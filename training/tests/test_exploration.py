@@ -1,0 +1,107 @@
+"""Guided exploration for step-level GRPO: each group holds the state's skip beside sampled actions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evoharness_bpe import META_ACTIONS
+from evoharness_bpe.exceptions import UserError
+from evoharness_bpe.lab.envs import make_env
+from evoharness_bpe.lab.frameworks import EpisodeConfig
+from evoharness_bpe.lab.policies import ExpertPolicy
+from evoharness_bpe.lab.runner.core import run_episode
+from evoharness_bpe_training.continuation import consulting_states, reply_from_text, state_rows
+from evoharness_bpe_training.exploration import SkipExploration, completion_text, skip_action
+from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
+
+PREFILL = '<tool_call>\n{"name": "'
+CONFIG = EpisodeConfig(seed=3, spec_style="compact", window=4, dashboard_tokens=120)
+
+
+@pytest.fixture(scope="module")
+def expert_trace():
+    env = make_env("crm-migration", 1)
+    return run_episode(env, ExpertPolicy(env), None, CONFIG)
+
+
+def _name(reply: dict) -> str:
+    return reply["tool_calls"][0]["function"]["name"]
+
+
+def test_a_states_skip_is_the_next_environment_action_of_its_episode(expert_trace) -> None:
+    replies = [c.response for c in expert_trace.model_calls]
+    for row in consulting_states(state_rows([expert_trace], lambda m, t: "")):
+        later = [r for r in replies[row["position"] + 1:] if _name(r) not in META_ACTIONS]
+        assert skip_action(expert_trace, row["position"]) == later[0]
+    assert _name(replies[-1]) == "finish"
+    assert skip_action(expert_trace, len(replies) - 1) is None  # nothing after the last action
+
+
+@pytest.mark.parametrize("template", ["qwen3", "compact"])
+def test_a_skip_rendered_as_a_completion_parses_back_to_the_same_call(expert_trace, template: str) -> None:
+    from evoharness_bpe_training.student import student_chat_template
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(512, chat_template=student_chat_template() if template == "compact" else None)
+    tools = make_env("crm-migration", 1).tools(style="compact")
+    for call in expert_trace.model_calls[:6]:
+        text = completion_text(tokenizer, call.response, PREFILL, CHAT_TEMPLATE_KWARGS)
+        assert text.endswith("\n") and text.count("\n") == 1  # one line: where a sampled call stops
+        parsed = reply_from_text(PREFILL + text, tools)["tool_calls"][0]["function"]
+        expected = call.response["tool_calls"][0]["function"]
+        assert parsed["name"] == expected["name"]
+        assert json.loads(parsed["arguments"]) == json.loads(expected["arguments"])
+    with pytest.raises(UserError, match="prefill"):
+        completion_text(tokenizer, expert_trace.model_calls[0].response, "<call>", CHAT_TEMPLATE_KWARGS)
+
+
+def test_the_last_samples_of_each_group_are_forced_and_only_where_a_skip_exists() -> None:
+    exploration = SkipExploration({"a": "wait", "c": "finish"}, samples=1, tokenizer=None)
+    assert exploration.forced(["a", "a", "a", "b", "b", "b"], group=3) == [False, False, True, False, False, False]
+    # a state drawn twice in one batch: two groups, each with its skip
+    assert exploration.forced(["c"] * 4, group=2) == [False, True, False, True]
+    assert SkipExploration({"a": "x"}, samples=2, tokenizer=None).forced(["a"] * 3, group=3) == [False, True, True]
+    with pytest.raises(UserError, match="no sampled action"):
+        exploration.forced(["a"], group=1)
+    with pytest.raises(UserError, match="at least one"):
+        SkipExploration({}, samples=0, tokenizer=None)
+
+
+def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import load_reproduce_preset
+
+    with pytest.raises(UserError, match="at least one sampled action"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_generations=2, grpo_skip_samples=2)
+    with pytest.raises(UserError, match="0 or more"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_samples=-1)
+
+
+@pytest.mark.slow
+def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, tmp_path: Path) -> None:
+    """The real GRPOTrainer on a tiny model: every group of a consulting state has its skip as the
+    last sample, scored by playing the episode on from it; the rest are sampled."""
+    from evoharness_bpe import TraceWriter
+    from evoharness_bpe_training.reproduce import _grpo, _policy, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_report import exploration
+    from evoharness_bpe_training.tiny import build_tiny_model
+
+    config = load_reproduce_preset("tiny", out=str(tmp_path), window=4, dashboard_tokens=120, max_steps=30, grpo_steps=2,
+                                   grpo_states_per_step=2, grpo_generations=3, grpo_skip_samples=1, grpo_continuation_calls=2,
+                                   max_new_tokens=16)
+    model, tokenizer = build_tiny_model(layers=1, vocab_size=512)
+    with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
+        writer.write(expert_trace)
+    player = _policy(model, tokenizer, config)
+    states = consulting_states(state_rows([expert_trace], player.render_prompt))[:2]
+    _, log = _grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
+    assert len(log) == config.grpo_steps * config.grpo_states_per_step * config.grpo_generations
+    forced = [r for r in log if r["forced"]]
+    assert len(forced) == len(log) // config.grpo_generations  # one per group
+    skips = {_name(skip_action(expert_trace, s["position"])) for s in states}
+    assert {r["action"] for r in forced} <= skips and all(r["state_called"] in META_ACTIONS for r in forced)
+    assert all(r["env_steps"] >= 1 for r in forced)  # each skip was played on, not just scored
+    seen = exploration(log)
+    assert seen["forced_skips"] == len(forced) and seen["samples"] == len(log) - len(forced)
