@@ -482,8 +482,8 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     rollout_func = None
     if config.grpo_skip_samples:
         skips = _skip_completions(states, out / "grpo-states.jsonl", tokenizer, prefill)
-        log(f"grpo: {config.grpo_skip_samples} of each group of {config.grpo_generations} the state's skip ({len(skips)} of "
-            f"{len(states)} states have one)")
+        log(f"grpo: {config.grpo_skip_samples} of each group of {config.grpo_generations} the state's skip ({len(skips)} distinct "
+            f"prompts of {len(states)} states have one)")
         rollout_func = SkipExploration(skips, config.grpo_skip_samples, tokenizer)
     score_trained_positions_only()
     trainer = GRPOTrainer(
