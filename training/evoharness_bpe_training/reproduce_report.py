@@ -174,7 +174,7 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
     plt.close(fig)
     written.append(path)
 
-    curve = summary.get("grpo_curve") or []
+    curve = [r for r in summary.get("grpo_curve") or [] if not r.get("forced")]  # the policy's own samples
     if curve:
         steps = sorted({r["step"] for r in curve})
         mean = lambda key, s: sum(r[key] for r in curve if r["step"] == s) / max(1, sum(1 for r in curve if r["step"] == s))  # noqa: E731
@@ -190,7 +190,7 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
         left.xaxis.get_major_locator().set_params(integer=True)
         handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
         left.legend(handles, [h.get_label() for h in handles], loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=8)
-        left.set_title("Cost-aware GRPO over training (mean of each step's samples)", fontsize=10)
+        left.set_title("Cost-aware GRPO over training (mean of each step's sampled actions)", fontsize=10)
         fig.tight_layout()
         path = out / "grpo_curves.png"
         fig.savefig(path, dpi=110)
