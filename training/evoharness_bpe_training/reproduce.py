@@ -51,7 +51,7 @@ PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
 """Held-out seeds start here; training seeds start at 0."""
 _CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "qwen3"), "sft_loss": ("completion", "full"),
-                                        "grpo_states": ("all", "consulting"),
+                                        "grpo_states": ("all", "consulting"), "grpo_lr_schedule": ("linear", "constant"),
                                         "reward": ("cost", "reference")}
 
 
@@ -88,6 +88,8 @@ class ReproduceConfig:
                                                                        "tool (with --sft-loss completion; 1: every token alike)."})
     grpo_steps: int = field(default=20, metadata={"help": "GRPO optimizer steps."})
     grpo_learning_rate: float = field(default=1e-4, metadata={"help": "GRPO learning rate."})
+    grpo_lr_schedule: str = field(default="linear", metadata={"help": "`linear` (decays to 0 over --grpo-steps: over a few updates the "
+                                                                       "mean step is half the rate) or `constant`."})
     grpo_states_per_step: int = field(default=2, metadata={"help": "States (prompts) per GRPO step."})
     grpo_generations: int = field(default=4, metadata={"help": "Sampled actions per state (the group)."})
     grpo_state_episodes: int = field(default=8, metadata={"help": "SFT-policy episodes per GRPO difficulty whose states GRPO trains on."})
@@ -213,7 +215,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("out", "stages"), None),
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
-    **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
+    **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
                      "grpo_continuation_calls", "grpo_skip_samples", "reward", "lam", "mu", "invalid_penalty", "use_vllm"), "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
@@ -462,6 +464,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         output_dir=str(out / "grpo"),
         max_steps=config.grpo_steps,
         learning_rate=config.grpo_learning_rate,
+        lr_scheduler_type=config.grpo_lr_schedule,
         per_device_train_batch_size=batch,
         num_generations=config.grpo_generations,
         max_completion_length=config.max_new_tokens,

@@ -77,6 +77,8 @@ def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> N
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_generations=2, grpo_skip_samples=2)
     with pytest.raises(UserError, match="0 or more"):
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_samples=-1)
+    with pytest.raises(UserError, match="linear or constant"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_lr_schedule="cosine")
 
 
 @pytest.mark.slow
@@ -90,7 +92,7 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), window=4, dashboard_tokens=120, max_steps=30, grpo_steps=2,
                                    grpo_states_per_step=2, grpo_generations=3, grpo_skip_samples=1, grpo_continuation_calls=2,
-                                   max_new_tokens=16)
+                                   max_new_tokens=16, grpo_lr_schedule="constant", grpo_learning_rate=3e-4)
     model, tokenizer = build_tiny_model(layers=1, vocab_size=512)
     with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
         writer.write(expert_trace)
@@ -105,3 +107,6 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
     assert all(r["env_steps"] >= 1 for r in forced)  # each skip was played on, not just scored
     seen = exploration(log)
     assert seen["forced_skips"] == len(forced) and seen["samples"] == len(log) - len(forced)
+    rates = [json.loads(line)["learning_rate"] for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()
+             if "learning_rate" in json.loads(line)]
+    assert rates == [3e-4] * config.grpo_steps  # --grpo-lr-schedule constant: no decay over the updates
