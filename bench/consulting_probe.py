@@ -36,6 +36,33 @@ def tool_names(prompt: str) -> list[str]:
     return re.findall(r"^(\w+)\(", section, flags=re.MULTILINE)
 
 
+def tool_logprobs(model, tokenizer, prompt: str) -> dict[str, float]:  # noqa: ANN001 - a bench script
+    """log P(name and its closing quote) as the reply's next tokens, for each tool the prompt lists."""
+    import torch
+
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    logp = {}
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+        past, last = out.past_key_values, torch.log_softmax(out.logits[0, -1].float(), -1)
+        for name in tool_names(prompt):
+            tokens = tokenizer(name + '"', add_special_tokens=False)["input_ids"]
+            total = float(last[tokens[0]])
+            if len(tokens) > 1:
+                cont = model(input_ids=torch.tensor([tokens[:-1]]), past_key_values=copy.deepcopy(past), use_cache=True)
+                steps = torch.log_softmax(cont.logits[0].float(), -1)
+                total += sum(float(steps[i, tokens[i + 1]]) for i in range(len(tokens) - 1))
+            logp[name] = total
+    return logp
+
+
+def skip_probability(logp: dict[str, float], temperature: float) -> float:
+    """The mass on environment tools, the names tempered as wholes and normalised over the tools."""
+    top = max(v / temperature for v in logp.values())
+    weights = {k: math.exp(v / temperature - top) for k, v in logp.items()}
+    return sum(w for k, w in weights.items() if k not in META) / sum(weights.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a reproduction run folder with grpo-states.json")
@@ -44,8 +71,6 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=0, help="samples per GRPO group (default: the run's)")
     parser.add_argument("--play-skips", action="store_true", help="also play each state with the skip forced")
     args = parser.parse_args()
-
-    import torch
 
     from evoharness_bpe_training.reproduce import _base_model, _load_trained, resume_config
 
@@ -58,30 +83,15 @@ def main() -> None:
     skips: dict[float, list[float]] = {t: [] for t in temperatures}
     print(f"| state (seed, call) | recorded | P(skip) at T={' / '.join(map(str, temperatures))} | most likely environment tool |")
     print("|---|---|---|---|")
-    with torch.no_grad():
-        for state in states:
-            prompt = state["prompt"]
-            ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
-            out = model(input_ids=ids, use_cache=True)
-            past, last = out.past_key_values, out.logits[0, -1]
-            logp = {}
-            for name in tool_names(prompt):
-                tokens = tokenizer(name + '"', add_special_tokens=False)["input_ids"]
-                total = float(torch.log_softmax(last.float(), -1)[tokens[0]])
-                if len(tokens) > 1:
-                    cont = model(input_ids=torch.tensor([tokens[:-1]]), past_key_values=copy.deepcopy(past), use_cache=True)
-                    steps = torch.log_softmax(cont.logits[0].float(), -1)
-                    total += sum(float(steps[i, tokens[i + 1]]) for i in range(len(tokens) - 1))
-                logp[name] = total
-            row = []
-            for t in temperatures:
-                top = max(v / t for v in logp.values())
-                weights = {k: math.exp(v / t - top) for k, v in logp.items()}
-                skip = sum(w for k, w in weights.items() if k not in META) / sum(weights.values())
-                skips[t].append(skip)
-                row.append(f"{skip:.4f}")
-            env_best = max((k for k in logp if k not in META), key=logp.get)
-            print(f"| {state['seed']}, {state['position']} | {state['called']} | {' / '.join(row)} | {env_best} |")
+    for state in states:
+        logp = tool_logprobs(model, tokenizer, state["prompt"])
+        row = []
+        for t in temperatures:
+            skip = skip_probability(logp, t)
+            skips[t].append(skip)
+            row.append(f"{skip:.4f}")
+        env_best = max((k for k in logp if k not in META), key=logp.get)
+        print(f"| {state['seed']}, {state['position']} | {state['called']} | {' / '.join(row)} | {env_best} |")
     print()
     for t in temperatures:
         values = skips[t]
@@ -97,6 +107,7 @@ def play_skips(run: Path, config, model, tokenizer, states: list[dict]) -> None:
     from evoharness_bpe import read_traces
     from evoharness_bpe.lab.envs import make_env
     from evoharness_bpe_training.continuation import ContinuationReward, episode_cost
+    from evoharness_bpe_training.exploration import skip_action
     from evoharness_bpe_training.reproduce import _policy
     from evoharness_bpe_training.speed import inference_copy, resolve_precision
 
@@ -104,8 +115,7 @@ def play_skips(run: Path, config, model, tokenizer, states: list[dict]) -> None:
     texts, rows, recorded = [], [], []
     for state in states:
         trace = episodes[int(state["seed"])]
-        later = [c.response for c in trace.model_calls[state["position"] + 1:]]
-        action = next((r for r in later if (r.get("tool_calls") or [{}])[0].get("function", {}).get("name") not in META), None)
+        action = skip_action(trace, int(state["position"]))
         if action is None:
             continue
         function = action["tool_calls"][0]["function"]
