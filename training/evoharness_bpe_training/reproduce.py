@@ -37,6 +37,7 @@ import argparse
 import json
 import shlex
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -489,16 +490,18 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
             f"prompts of {len(states)} states have one)")
         rollout_func = SkipExploration(skips, config.grpo_skip_samples, tokenizer)
     score_trained_positions_only()
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=Dataset.from_list(states),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        rollout_func=rollout_func,
-        callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _step_progress("grpo-train", log)],
-    )
+    with warnings.catch_warnings():  # TRL marks rollout_func experimental; its contract is tested here
+        warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=Dataset.from_list(states),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            rollout_func=rollout_func,
+            callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _step_progress("grpo-train", log)],
+        )
     quiet_trainer(trainer)
     reward.policy = _SnapshotPolicy(trainer, tokenizer, config, precision)
     reward.prefill = prefill
