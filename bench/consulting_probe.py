@@ -107,23 +107,22 @@ def play_skips(run: Path, config, model, tokenizer, states: list[dict]) -> None:
     from evoharness_bpe import read_traces
     from evoharness_bpe.lab.envs import make_env
     from evoharness_bpe_training.continuation import ContinuationReward, episode_cost
-    from evoharness_bpe_training.exploration import skip_action
+    from evoharness_bpe_training.exploration import completion_text, skip_action
+    from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
     from evoharness_bpe_training.reproduce import _policy
     from evoharness_bpe_training.speed import inference_copy, resolve_precision
 
     episodes = {int(t.metadata["seed"]): t for t in read_traces(run / "grpo-states.jsonl")}
+    player = _policy(inference_copy(model, resolve_precision(config.precision)), tokenizer, config)
     texts, rows, recorded = [], [], []
     for state in states:
         trace = episodes[int(state["seed"])]
         action = skip_action(trace, int(state["position"]))
         if action is None:
             continue
-        function = action["tool_calls"][0]["function"]
-        arguments = function["arguments"] if isinstance(function["arguments"], str) else json.dumps(function["arguments"])
-        texts.append(f'{function["name"]}", "arguments": {arguments}}}\n</tool_call>')
+        texts.append(completion_text(tokenizer, action, player.prefill, CHAT_TEMPLATE_KWARGS))
         rows.append(state)
         recorded.append(episode_cost(trace))
-    player = _policy(inference_copy(model, resolve_precision(config.precision)), tokenizer, config)
     reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=config.episode_config(),
                                 continuation_calls=config.grpo_continuation_calls or None, prefill=player.prefill)
     reward.policy = player

@@ -34,12 +34,6 @@ def forced_skips(table: Path) -> dict[tuple[int, int], tuple[int, int, int]]:
     return {(int(m[1]), int(m[2])): (int(m[3]), int(m[4]), int(m[5])) for m in rows if m}
 
 
-def completion(reply: dict) -> str:
-    function = reply["tool_calls"][0]["function"]
-    arguments = function["arguments"] if isinstance(function["arguments"], str) else json.dumps(function["arguments"])
-    return f'{function["name"]}", "arguments": {arguments}}}\n'
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path)
@@ -53,11 +47,19 @@ def main() -> None:
     import torch
 
     from evoharness_bpe import read_traces
-    from evoharness_bpe_training.exploration import skip_action
-    from evoharness_bpe_training.reproduce import _base_model, _load_trained, resume_config
+    from evoharness_bpe_training.exploration import completion_text, skip_action
+    from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
+    from evoharness_bpe_training.reproduce import _base_model, _load_trained, _policy, resume_config
     from consulting_probe import skip_probability, tool_logprobs
 
     config = resume_config(args.run)
+    base, tokenizer = _base_model(config, args.run, None)
+    model = _load_trained(base, args.run / "sft" / "model")
+    prefill = _policy(model, tokenizer, config).prefill
+
+    def completion(reply: dict) -> str:  # as GRPO trains on it
+        return completion_text(tokenizer, reply, prefill, CHAT_TEMPLATE_KWARGS)
+
     states = json.loads((args.run / "grpo-states.json").read_text("utf-8"))
     episodes = {int(t.metadata["seed"]): t for t in read_traces(args.run / "grpo-states.jsonl")}
     table = forced_skips(args.skips)
@@ -71,8 +73,6 @@ def main() -> None:
         texts.append(completion(skip_action(trace, int(state["position"]))))
         groups.append((state, texts, advantages))
 
-    base, tokenizer = _base_model(config, args.run, None)
-    model = _load_trained(base, args.run / "sft" / "model")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0)
     order = torch.randperm(len(groups), generator=torch.Generator().manual_seed(config.seed)).tolist()
     started = time.perf_counter()

@@ -22,14 +22,11 @@ from typing import Any
 from evoharness_bpe import META_ACTIONS, Trace
 from evoharness_bpe.exceptions import UserError
 
+from .continuation import _called
+
 __all__ = ["skip_action", "completion_text", "SkipExploration"]
 
 ChatMessage = dict[str, Any]
-
-
-def _called(reply: ChatMessage) -> str:
-    calls = reply.get("tool_calls") or []
-    return str((calls[0].get("function") or {}).get("name") or "") if calls else ""
 
 
 def skip_action(trace: Trace, position: int) -> ChatMessage | None:
@@ -92,16 +89,14 @@ class SkipExploration:
         forced = self.forced(prompts, int(trainer.num_generations))
         sampled = [n for n, is_forced in enumerate(forced) if not is_forced]
         generated, logprobs = trainer._generate_single_turn([prompt_ids[n] for n in sampled], None, {}, num_generations=1)
-        completion_ids: list[list[int]] = [[] for _ in prompts]
-        sampled_logprobs: list[list[float]] | None = None if logprobs is None else [[] for _ in prompts]
-        for n, ids, lps in zip(sampled, generated, logprobs if logprobs is not None else [None] * len(sampled), strict=True):
+        completion_ids = [self.tokenizer(self.skips[str(prompt)], add_special_tokens=False)["input_ids"] if is_forced else []
+                          for prompt, is_forced in zip(prompts, forced, strict=True)]
+        for n, ids in zip(sampled, generated, strict=True):
             completion_ids[n] = [int(t) for t in ids]
-            if sampled_logprobs is not None:
-                sampled_logprobs[n] = list(lps)
-        for n, is_forced in enumerate(forced):
-            if is_forced:
-                completion_ids[n] = self.tokenizer(self.skips[str(prompts[n])], add_special_tokens=False)["input_ids"]
-                if sampled_logprobs is not None:
-                    sampled_logprobs[n] = [float("nan")] * len(completion_ids[n])
-        return {"prompt_ids": [list(ids) for ids in prompt_ids], "completion_ids": completion_ids, "logprobs": sampled_logprobs,
+        all_logprobs = None
+        if logprobs is not None:
+            all_logprobs = [[float("nan")] * len(ids) for ids in completion_ids]  # forced: no sampling logprob
+            for n, lps in zip(sampled, logprobs, strict=True):
+                all_logprobs[n] = list(lps)
+        return {"prompt_ids": [list(ids) for ids in prompt_ids], "completion_ids": completion_ids, "logprobs": all_logprobs,
                 "forced": forced}
