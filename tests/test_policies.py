@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.lab.frameworks import EpisodeConfig
 from evoharness_bpe.lab.policies import ExpertPolicy, NoisyExpertPolicy, OpenAICompatiblePolicy, parse_tool_calls, tools_system_prompt
@@ -102,6 +103,47 @@ def test_crm_expert_plans_each_page_as_batches_the_dashboard_lists(difficulty: i
             assert "NEXT:" in dashboard and f"batch-{batch}" in dashboard
         if name == "finish":
             assert "NEXT:" not in dashboard  # nothing left to send: the workspace says so
+
+
+_META_NAMES = ("track", "commit", "recall", "note")
+
+
+def _crm_names(trace) -> list[str]:  # type: ignore[no-untyped-def]
+    return [c.response["tool_calls"][0]["function"]["name"] for c in trace.model_calls]
+
+
+def _commits(trace, status: str) -> list[str]:  # type: ignore[no-untyped-def]
+    calls = [json.loads(e.arguments) for e in trace.meta_actions if e.name == "commit"]
+    return [c["subgoal"] for c in calls if c["status"] == status]
+
+
+def test_sparse_crm_expert_leaves_out_only_what_the_episode_can_do_without() -> None:
+    config = EpisodeConfig(harness="bpe", seed=0, max_steps=400, window=4, dashboard_tokens=160, spec_style="compact")
+    full, sparse = [], []
+    for seed in range(12):
+        episode = config.model_copy(update={"seed": seed})
+        env = make_env("crm-migration", 1)
+        full.append(run_episode(env, ExpertPolicy(env), None, episode))
+        env = make_env("crm-migration", 1)
+        sparse.append(run_episode(env, ExpertPolicy(env, skip_rate=0.5, seed=1), None, episode))
+    assert all(t.outcome.success for t in full + sparse)
+    for whole, lean in zip(full, sparse):
+        assert _commits(lean, "todo") == _commits(whole, "todo")  # the plan the dashboard's NEXT reads is never left out
+        done = _commits(whole, "done")
+        assert _commits(lean, "done") in (done, done[:-1])  # of the done commits, at most the last is left out
+        assert [n for n in _crm_names(lean) if n not in _META_NAMES] == [n for n in _crm_names(whole) if n not in _META_NAMES]
+    left_out = {name: sum(n.count(name) for n in map(_crm_names, full)) - sum(n.count(name) for n in map(_crm_names, sparse))
+                for name in _META_NAMES}
+    assert all(count > 0 for count in left_out.values()), left_out
+    env = make_env("crm-migration", 1)
+    again = run_episode(env, ExpertPolicy(env, skip_rate=0.5, seed=1), None, config.model_copy(update={"seed": 3}))
+    assert _crm_names(again) == _crm_names(sparse[3])  # an episode's draws are its own: replayable
+
+
+def test_expert_skip_rate_is_a_probability() -> None:
+    env = make_env("crm-migration", 1)
+    with pytest.raises(UserError, match="skip_rate"):
+        ExpertPolicy(env, skip_rate=1.0)
 
 
 class _Server:

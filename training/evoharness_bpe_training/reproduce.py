@@ -39,6 +39,7 @@ import shlex
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,10 @@ class ReproduceConfig:
     env: str = field(default="crm-migration", metadata={"help": "Built-in environment."})
     difficulties: str = field(default="1,2", metadata={"help": "Comma-separated difficulties trained and evaluated."})
     train_episodes: str = field(default="40,8", metadata={"help": "Expert episodes recorded per difficulty (same order)."})
+    expert_skip_rate: float = field(default=0.0, metadata={"help": "The expert leaves out each meta-action an episode can do without (a "
+                                                                    "recall, a note, a track, the last commit) with this probability: "
+                                                                    "SFT data that holds the cheaper path beside the consulting one, "
+                                                                    "so GRPO's own samples can find where consulting does not pay."})
     eval_episodes: int = field(default=10, metadata={"help": "Held-out episodes per stage and difficulty."})
     stages: str = field(default="raw,sft,grpo", metadata={"help": "Stages to evaluate."})
     window: int = field(default=4, metadata={"help": "Recent messages in each prompt."})
@@ -155,6 +160,8 @@ class ReproduceConfig:
         if self.sft_loss == "full" and self.sft_opening_weight != 1.0:
             raise UserError("--sft-opening-weight weighs the start of each reply; with --sft-loss full every token is trained: "
                             "leave it at 1 or use --sft-loss completion")
+        if not 0.0 <= self.expert_skip_rate < 1.0:
+            raise UserError(f"--expert-skip-rate is a probability below 1, got {self.expert_skip_rate}")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
         if self.grpo_skip_samples >= self.grpo_generations:
@@ -658,7 +665,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     def expert() -> dict[str, Any]:
         seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
-        traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=ExpertPolicy)  # never cut
+        policy = partial(ExpertPolicy, skip_rate=config.expert_skip_rate, seed=config.seed)
+        traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=policy)  # never cut
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
                 "successes": sum(bool(t.outcome.success) for t in traces)}
 

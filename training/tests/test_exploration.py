@@ -81,6 +81,35 @@ def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> N
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_lr_schedule="cosine")
 
 
+def _expert_meta_calls(tmp_path: Path, skip_rate: float) -> tuple[int, int]:
+    """(meta-actions, successes) of the expert stage of a tiny run, stopped when that stage ends."""
+    from evoharness_bpe import read_traces
+    from evoharness_bpe_training import reproduce as module
+
+    out = tmp_path / f"skip-{skip_rate}"
+    config = module.load_reproduce_preset("tiny", out=str(out), expert_skip_rate=skip_rate)
+
+    def stop_after_expert(line: str) -> None:
+        if line.startswith("expert:"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        module.reproduce(config, log=stop_after_expert)
+    traces = list(read_traces(out / "expert.jsonl"))
+    return sum(len(t.meta_actions) for t in traces), sum(bool(t.outcome.success) for t in traces)
+
+
+def test_reproduce_records_a_sparse_expert_when_asked(tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, shared_stages
+
+    full, full_successes = _expert_meta_calls(tmp_path, 0.0)
+    sparse, sparse_successes = _expert_meta_calls(tmp_path, 0.5)
+    assert sparse < full and sparse_successes == full_successes > 0
+    with pytest.raises(UserError, match="probability below 1"):
+        load_reproduce_preset("tiny", out=str(tmp_path), expert_skip_rate=1.0)
+    assert shared_stages({"expert_skip_rate": 0.0}, {"expert_skip_rate": 0.3}) == []  # new SFT data: every stage again
+
+
 @pytest.mark.slow
 def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, tmp_path: Path) -> None:
     """The real GRPOTrainer on a tiny model: every group of a consulting state has its skip as the

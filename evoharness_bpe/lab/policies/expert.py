@@ -7,11 +7,18 @@ game's own expert plan / walkthrough, as ALFWorld's handcoded expert does). When
 are offered it uses them the way a good agent would: recall before starting, track what it
 learns (the rate limit, the rule book's threshold), commit each unit of work, note a pitfall
 after a rejection. Works through any framework, since it only needs messages and tools.
+
+``ExpertPolicy(env, skip_rate=p)`` is a *sparse* expert: each meta-action it could do without
+(a recall, a note, a track, the last commit before it finishes) it leaves out with probability
+`p`, drawn per episode from `seed`, the environment's seed and the task, so its traces hold both the consulting and the
+cheaper path at the same kinds of state (training data for a policy that must learn when
+consulting pays).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Callable
 from typing import Any
@@ -81,6 +88,18 @@ class _Brain:
 
     def decide(self, meta: frozenset[str]) -> Action:
         raise NotImplementedError
+
+    def skip(self, action: Action) -> bool:
+        """Leave `action` out as if it were done, when it is a meta-action the episode can do without."""
+        name = action[0]
+        if name == "recall":
+            self.recalled = True
+        elif name == "note" and self.pending_note:
+            self.noted.add(self.pending_note)
+            self.pending_note = None
+        else:
+            return False
+        return True
 
 
 class _CRMBrain(_Brain):
@@ -183,6 +202,20 @@ class _CRMBrain(_Brain):
                 return "commit", {"subgoal": due, "status": "todo"}
             return "fetch_page", {"page": self.next_page}
         return "finish", {}
+
+    def skip(self, action: Action) -> bool:
+        name, args = action
+        if name == "track":
+            self.interval_tracked = True
+            return True
+        if name == "commit" and args.get("status") == "done" and self.is_last_commit():
+            self.to_commit.pop(0)
+            return True
+        return super().skip(action)
+
+    def is_last_commit(self) -> bool:
+        """The batch about to be committed is the last: every page read, every id sent and reported."""
+        return len(self.to_commit) == 1 and not self.queue and not self.to_report and self.next_page > self.pages
 
     def batch_to_plan(self) -> str | None:
         """The next batch of the page about to be read, before it is read (so the plan is in Progress).
@@ -316,10 +349,15 @@ EXPERTS: dict[str, Callable[[str, Any], _Brain]] = {
 class ExpertPolicy:
     """The scripted expert for a built-in environment (`env` is the environment it plays)."""
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Any, *, skip_rate: float = 0.0, seed: int = 0) -> None:
         if getattr(env, "name", None) not in EXPERTS:
             raise UserError(f"no expert for environment {getattr(env, 'name', env)!r}; experts exist for {', '.join(EXPERTS)}")
+        if not 0.0 <= skip_rate < 1.0:
+            raise UserError(f"skip_rate is a probability below 1, got {skip_rate}")
         self.env = env
+        self.skip_rate = skip_rate
+        self.seed = seed
+        self._rng = random.Random(seed)
         self._brain: _Brain | None = None
         self._seen: str | None = None
         self._calls = 0
@@ -329,6 +367,7 @@ class ExpertPolicy:
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
         if last is None or self._brain is None:
             self._brain, self._seen = EXPERTS[self.env.name](task, self.env), None
+            self._rng = random.Random(f"{self.seed}:{getattr(self.env, 'seed', '')}:{task}")  # the episode's own draws
             if last is None:
                 return
         assistant = messages[last]
@@ -348,8 +387,11 @@ class ExpertPolicy:
         """Read the conversation's newest results and choose the next ``(tool, arguments)``."""
         self._ingest(messages)
         assert self._brain is not None
-        offered = {t["function"]["name"] for t in tools}
-        return self._brain.decide(frozenset(offered & META))
+        meta = frozenset({t["function"]["name"] for t in tools} & META)
+        action = self._brain.decide(meta)
+        while self.skip_rate and action[0] in META and self._rng.random() < self.skip_rate and self._brain.skip(action):
+            action = self._brain.decide(meta)
+        return action
 
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
         name, args = self.next_action(messages, tools)
