@@ -9,7 +9,7 @@ learns (the rate limit, the rule book's threshold), commit each unit of work, no
 after a rejection. Works through any framework, since it only needs messages and tools.
 
 ``ExpertPolicy(env, skip_rate=p)`` is a *sparse* expert: each meta-action it could do without
-(a recall, a note, a track, the last commit before it finishes) it leaves out with probability
+(a recall, a note, a track) it leaves out with probability
 `p`, drawn per episode from `seed`, the environment's seed and the task, so its traces hold both the consulting and the
 cheaper path at the same kinds of state (training data for a policy that must learn when
 consulting pays).
@@ -204,18 +204,13 @@ class _CRMBrain(_Brain):
         return "finish", {}
 
     def skip(self, action: Action) -> bool:
-        name, args = action
-        if name == "track":
+        # Every commit stays: the dashboard's NEXT lists the batches not yet committed, and a policy
+        # that reads it finishes when NEXT is empty. Without the last commit, the traces would
+        # teach finishing while NEXT still lists a batch.
+        if action[0] == "track":
             self.interval_tracked = True
             return True
-        if name == "commit" and args.get("status") == "done" and self.is_last_commit():
-            self.to_commit.pop(0)
-            return True
         return super().skip(action)
-
-    def is_last_commit(self) -> bool:
-        """The batch about to be committed is the last: every page read, every id sent and reported."""
-        return len(self.to_commit) == 1 and not self.queue and not self.to_report and self.next_page > self.pages
 
     def batch_to_plan(self) -> str | None:
         """The next batch of the page about to be read, before it is read (so the plan is in Progress).
