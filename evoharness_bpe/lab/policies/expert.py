@@ -9,10 +9,10 @@ learns (the rate limit, the rule book's threshold), commit each unit of work, no
 after a rejection. Works through any framework, since it only needs messages and tools.
 
 ``ExpertPolicy(env, skip_rate=p)`` is a *sparse* expert: each meta-action it could do without
-(a recall, a note, a track) it leaves out with probability
-`p`, drawn per episode from `seed`, the environment's seed and the task, so its traces hold both the consulting and the
-cheaper path at the same kinds of state (training data for a policy that must learn when
-consulting pays).
+(a recall, a note; in the CRM migration a track too) it leaves out with probability `p`, drawn
+per episode from `seed`, the environment's seed and the task. Its traces hold both the consulting
+and the cheaper path at the same kinds of state: data for a policy that must learn when
+consulting pays.
 """
 
 from __future__ import annotations
