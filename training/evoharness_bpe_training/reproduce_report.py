@@ -23,6 +23,10 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (a) success after SFT ≥ raw + 0.50 at difficulty 1; (b) after GRPO, meta-action calls per
     episode ≤ 0.7× SFT's with success within 0.05 of SFT's (difficulty 1); (c) for the final
     policy, meta-action calls per environment step higher at difficulty 2 than at 1.
+
+    (b) and (c) compare how policies that do the task consult: a policy with no success where it
+    is judged (SFT's for (b), the final one at either difficulty for (c)) is not judged, and the
+    target counts as unmet with the reason in ``measured``.
     """
     verdicts = []
     raw, sft, grpo = (_level(results, s, "1") for s in ("raw", "sft", "grpo"))
@@ -36,13 +40,22 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "measured": f"{ratio:.2f}× ({grpo['meta_calls']:.1f} vs {sft['meta_calls']:.1f}); success "
                                      f"{grpo['success']:.2f} vs {sft['success']:.2f}",
                          "met": ratio <= 0.7 and grpo["success"] >= sft["success"] - 0.05})
+        _unjudged(verdicts[-1], sft["success"] > 0, "the SFT policy succeeds in no episode")
     final = next((s for s in ("grpo", "sft") if _level(results, s, "1") and _level(results, s, "2")), "grpo" if grpo else "sft")
     one, two = _level(results, final, "1"), _level(results, final, "2")
     if one and two:
         verdicts.append({"target": f"(c) meta-calls per env step higher at difficulty 2 than at 1 ({final} policy)",
                          "measured": f"d1 {one['meta_per_env_step']:.3f}, d2 {two['meta_per_env_step']:.3f}",
                          "met": two["meta_per_env_step"] > one["meta_per_env_step"]})
+        _unjudged(verdicts[-1], one["success"] > 0 and two["success"] > 0, f"the {final} policy succeeds in no episode at a difficulty")
     return verdicts
+
+
+def _unjudged(verdict: dict[str, Any], judged: bool, reason: str) -> None:
+    """Mark `verdict` unmet when the policies it compares never did the task."""
+    if not judged:
+        verdict["measured"] += f" (not judged: {reason})"
+        verdict["met"] = False
 
 
 def write_report(summary: dict[str, Any], out: Path) -> Path:

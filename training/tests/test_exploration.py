@@ -139,3 +139,4 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
     rates = [json.loads(line)["learning_rate"] for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()
              if "learning_rate" in json.loads(line)]
     assert rates == [3e-4] * config.grpo_steps  # --grpo-lr-schedule constant: no decay over the updates
+
