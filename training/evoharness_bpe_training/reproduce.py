@@ -66,9 +66,10 @@ class ReproduceConfig:
     difficulties: str = field(default="1,2", metadata={"help": "Comma-separated difficulties trained and evaluated."})
     train_episodes: str = field(default="40,8", metadata={"help": "Expert episodes recorded per difficulty (same order)."})
     expert_skip_rate: float = field(default=0.0, metadata={"help": "The expert leaves out each meta-action an episode can do without (a "
-                                                                    "recall, a note, a track; never a commit, which the dashboard reads) with this probability: "
-                                                                    "SFT data that holds the cheaper path beside the consulting one, "
-                                                                    "so GRPO's own samples can find where consulting does not pay."})
+                                                                    "recall, a note, a track; never a commit, which the dashboard "
+                                                                    "reads) with this probability: SFT data that holds the cheaper "
+                                                                    "path beside the consulting one, so GRPO's own samples can find "
+                                                                    "where consulting does not pay."})
     eval_episodes: int = field(default=10, metadata={"help": "Held-out episodes per stage and difficulty."})
     stages: str = field(default="raw,sft,grpo", metadata={"help": "Stages to evaluate."})
     window: int = field(default=4, metadata={"help": "Recent messages in each prompt."})
