@@ -236,10 +236,12 @@ _FORK_OR_RESUME = "--fork starts a new run from another's stages; --resume conti
 
 def shared_stages(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The stages (in order) whose outputs a run with `wanted` settings can take from a run made with `saved`:
-    those before the first stage any differing setting changes."""
+    those before the first stage any differing setting changes. A setting one side lacks (added
+    since that run was made) counts at its default."""
+    defaults = _field_defaults()
     first = len(STAGES)
     for name in set(saved) | set(wanted):
-        if saved.get(name) != wanted.get(name):
+        if saved.get(name, defaults.get(name)) != wanted.get(name, defaults.get(name)):
             stage = _FIRST_AFFECTED.get(name, STAGES[0])
             if stage is not None:
                 first = min(first, STAGES.index(stage))

@@ -122,6 +122,9 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
     assert shared_stages(saved, {**saved, "grpo_eval_difficulties": "2"})[-1] == "grpo-train"
     assert shared_stages(saved, {**saved, "out": "elsewhere", "threads": 1}) == ["expert"]
     assert shared_stages(saved, {**saved, "sft_epochs": 9.0}) == []  # a setting not listed changes every stage
+    older = {k: v for k, v in saved.items() if k != "expert_skip_rate"}  # a run made before the setting existed
+    assert shared_stages(older, saved) == list(STAGES)
+    assert shared_stages(older, {**saved, "expert_skip_rate": 0.3}) == []
 
 
 @pytest.mark.slow
