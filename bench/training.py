@@ -220,17 +220,31 @@ def speed() -> None:
     replies = [sequential.complete(m, t) for m, t in one]
     old_reply = (time.perf_counter() - start) / len(one)
     old_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(one)
-    batched = TransformersPolicy(inference_copy(sequential.model, "bf16" if bf16 else "fp32"), **kwargs)
-    batched.complete_batch(prompts[:2])  # warm-up
+    copy_for_inference = inference_copy(sequential.model, "bf16" if bf16 else "fp32")
+    whole = TransformersPolicy(copy_for_inference, share_prefix=0, **kwargs)
+    whole.complete_batch(prompts[:2])  # warm-up
+    start = time.perf_counter()
+    whole_replies = whole.complete_batch(prompts)
+    whole_reply = (time.perf_counter() - start) / len(prompts)
+    batched = TransformersPolicy(copy_for_inference, **kwargs)
     start = time.perf_counter()
     replies = batched.complete_batch(prompts)
     new_reply = (time.perf_counter() - start) / len(prompts)
+    calls = [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in replies]
+    assert calls == [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in whole_replies], \
+        "the shared prefix changed a reply"
+    from evoharness_bpe.lab.policies.transformers import _shared_prefix_length
+
+    rows = [tokenizer(batched.render_prompt(m, t), add_special_tokens=False)["input_ids"] for m, t in prompts]
+    shared = _shared_prefix_length(rows)
     new_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(prompts)
     mean_prompt = statistics.mean(batched.prompt_tokens[-len(prompts):])
     print(f"\n| held-out reply ({mean_prompt:.0f}-token prompts) | seconds per reply | reply tokens/s | vs old |\n|---|---|---|---|")
     print(f"| old: one at a time, fp32 | {old_reply:.2f} | {old_tokens / old_reply:.1f} | 1.00 |")
-    print(f"| new: {len(prompts)} in one batch, {'bf16 weights' if bf16 else 'fp32'} | {new_reply:.2f} | "
-          f"{new_tokens / new_reply:.1f} | {new_reply / old_reply:.2f} |")
+    print(f"| {len(prompts)} in one batch, every row prefills its whole prompt, {'bf16 weights' if bf16 else 'fp32'} | "
+          f"{whole_reply:.2f} | {new_tokens / whole_reply:.1f} | {whole_reply / old_reply:.2f} |")
+    print(f"| new: {len(prompts)} in one batch, the {shared}-token shared prefix prefilled once, {'bf16 weights' if bf16 else 'fp32'} | "
+          f"{new_reply:.2f} | {new_tokens / new_reply:.1f} | {new_reply / old_reply:.2f} |")
 
 
 if __name__ == "__main__":

@@ -52,3 +52,20 @@ def test_one_line_calls_cut_a_reply_whose_tool_name_matches_no_tool(tiny_dir, re
         assert len(tok(b["content"])["input_ids"]) < len(tok(a["content"])["input_ids"])
     assert close_call('<tool_call>\n{"name": "finish", "arguments": {}}') == '<tool_call>\n{"name": "finish", "arguments": {}}\n</tool_call>'
     assert close_call("no call") == "no call"
+
+
+def test_a_shared_prompt_prefix_is_computed_once_and_changes_no_reply(tiny_dir, requests) -> None:
+    from evoharness_bpe.lab.policies.transformers import _shared_prefix_length
+
+    shared = _policy(tiny_dir)
+    whole = _policy(tiny_dir, share_prefix=0)
+    prefixes: list[int] = []
+    real = shared._prefix_cache
+    shared._prefix_cache = lambda prefix, rows: (prefixes.append(len(prefix)), real(prefix, rows))[1]  # type: ignore[method-assign]
+    with_cache = shared.complete_batch(requests)
+    without = whole.complete_batch(requests)
+    alone = [whole.complete(m, t) for m, t in requests]
+    assert prefixes and prefixes[0] >= 64  # the system text and tool section, prefilled once
+    assert [r.get("content") for r in with_cache] == [r.get("content") for r in without] == [r.get("content") for r in alone]
+    assert _shared_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 1  # every row keeps a token of its own
+    assert _shared_prefix_length([[5, 6], [7, 6]]) == 0

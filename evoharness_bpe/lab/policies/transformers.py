@@ -59,6 +59,16 @@ def _call_shape(tokenizer: Any, start: int, names: list[set[str]]) -> Any:
     return CallShape()
 
 
+def _shared_prefix_length(rows: list[list[int]]) -> int:
+    """How many leading tokens every row shares, leaving each row at least one token of its own."""
+    shortest = min(len(r) for r in rows)
+    first = rows[0]
+    n = 0
+    while n < shortest - 1 and all(r[n] == first[n] for r in rows):
+        n += 1
+    return n
+
+
 def _chat(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
     """OpenAI messages → plain role/content turns with tool calls and results written as text."""
     out: list[dict[str, str]] = []
@@ -99,12 +109,16 @@ class TransformersPolicy:
     call whose JSON is one line, so a model that rambles stops there and the call is closed for
     it; with the default prefill a reply also stops as soon as the tool name it writes matches no
     offered tool). `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
+    In `complete_batch`, prompts that share at least `share_prefix` leading tokens (the system
+    text, the tool section, the dashboard's opening lines) have that prefix computed once and its
+    cache reused by every row (0: every row prefills its whole prompt).
     """
 
     def __init__(self, model: Any = None, *, tokenizer: Any = None, gguf_file: str | None = None, max_new_tokens: int = 96,
                  temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000,
                  prefill: str = '<tool_call>\n{"name": "', threads: int | None = None, native_tools: bool = False,
-                 chat_template_kwargs: dict[str, Any] | None = None, one_line_calls: bool = False) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None, one_line_calls: bool = False,
+                 share_prefix: int = 64) -> None:
         try:
             import torch  # noqa: PLC0415
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
@@ -118,6 +132,7 @@ class TransformersPolicy:
         self.max_prompt_tokens = max_prompt_tokens
         self.prefill = prefill
         self.one_line_calls = one_line_calls
+        self.share_prefix = share_prefix
         self.prompt_tokens: list[int] = []
         self._calls = 0
         if threads:
@@ -184,12 +199,19 @@ class TransformersPolicy:
             ids = self.tokenizer(self.render_prompt(messages, tools), add_special_tokens=False)["input_ids"]
             rows.append(ids[-self.max_prompt_tokens :])  # keep the newest part; the model cannot read more
         self.prompt_tokens.extend(len(r) for r in rows)
-        width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
-        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
-        sample = self.temperature > 0
+        shared = _shared_prefix_length(rows) if len(rows) > 1 and self.share_prefix else 0
+        shared = shared if shared >= self.share_prefix else 0
+        # Each row: the shared prefix, then left padding, then the rest of its prompt (the padding
+        # is masked out and positions follow the mask, so every row reads as its prompt alone).
+        rests = [list(r[shared:]) for r in rows]
+        width = shared + max(len(r) for r in rests)
+        input_ids = torch.tensor([list(rows[0][:shared]) + [pad] * (width - shared - len(r)) + r for r in rests], dtype=torch.long)
+        attention = torch.tensor([[1] * shared + [0] * (width - shared - len(r)) + [1] * len(r) for r in rests], dtype=torch.long)
         extra: dict[str, Any] = {}
+        if shared:
+            extra["past_key_values"] = self._prefix_cache(rows[0][:shared], len(rows))
+        sample = self.temperature > 0
         if self.one_line_calls and self.prefill.endswith('"name": "'):  # the reply starts with the tool's name
             names = [{t["function"]["name"] for t in tools} for _, tools in requests]
             extra["stopping_criteria"] = [_call_shape(self.tokenizer, width, names)]
@@ -205,6 +227,14 @@ class TransformersPolicy:
             text = (self.prefill + self.tokenizer.decode(row[width:], skip_special_tokens=True)).strip()
             replies.append(self._reply(close_call(text) if self.one_line_calls else text, tools))
         return replies
+
+    def _prefix_cache(self, prefix: list[int], rows: int) -> Any:
+        """The key/value cache of `prefix`, computed once and repeated for `rows` rows."""
+        torch = self._torch
+        with torch.no_grad():
+            cache = self.model(torch.tensor([prefix], dtype=torch.long), use_cache=True).past_key_values
+        cache.batch_repeat_interleave(rows)
+        return cache
 
     def _reply(self, text: str, tools: list[dict[str, Any]]) -> ChatMessage:
         calls = parse_tool_calls(text, {t["function"]["name"] for t in tools})
