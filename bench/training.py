@@ -235,8 +235,8 @@ def speed() -> None:
         "the shared prefix changed a reply"
     from evoharness_bpe.lab.policies.transformers import _shared_prefix_length
 
-    rows = [tokenizer(batched.render_prompt(m, t), add_special_tokens=False)["input_ids"] for m, t in prompts]
-    shared = _shared_prefix_length(rows)
+    prompt_ids = [tokenizer(batched.render_prompt(m, t), add_special_tokens=False)["input_ids"] for m, t in prompts]
+    shared = _shared_prefix_length(prompt_ids)
     new_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(prompts)
     mean_prompt = statistics.mean(batched.prompt_tokens[-len(prompts):])
     print(f"\n| held-out reply ({mean_prompt:.0f}-token prompts) | seconds per reply | reply tokens/s | vs old |\n|---|---|---|---|")

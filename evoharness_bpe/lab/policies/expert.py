@@ -352,7 +352,7 @@ class ExpertPolicy:
         self.env = env
         self.skip_rate = skip_rate
         self.seed = seed
-        self._rng = random.Random(seed)
+        self._rng: random.Random  # drawn per episode, when its first call arrives (`_ingest`)
         self._brain: _Brain | None = None
         self._seen: str | None = None
         self._calls = 0

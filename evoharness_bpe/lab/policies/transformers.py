@@ -61,12 +61,7 @@ def _call_shape(tokenizer: Any, start: int, names: list[set[str]]) -> Any:
 
 def _shared_prefix_length(rows: list[list[int]]) -> int:
     """How many leading tokens every row shares, leaving each row at least one token of its own."""
-    shortest = min(len(r) for r in rows)
-    first = rows[0]
-    n = 0
-    while n < shortest - 1 and all(r[n] == first[n] for r in rows):
-        n += 1
-    return n
+    return min(len(os.path.commonprefix(rows)), min(len(r) for r in rows) - 1)
 
 
 def _chat(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -201,7 +196,8 @@ class TransformersPolicy:
         self.prompt_tokens.extend(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         shared = _shared_prefix_length(rows) if len(rows) > 1 and self.share_prefix else 0
-        shared = shared if shared >= self.share_prefix else 0
+        if shared < self.share_prefix:
+            shared = 0
         # Each row: the shared prefix, then left padding, then the rest of its prompt (the padding
         # is masked out and positions follow the mask, so every row reads as its prompt alone).
         rests = [list(r[shared:]) for r in rows]
