@@ -21,7 +21,7 @@ import json
 import os
 import random
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ __all__ = [
     "NoTrainingRows",
     "normalize_message",
     "trace_rows",
+    "prompt_key",
     "row_key",
     "balance_by_position",
     "traces_to_sft_dataset",
@@ -134,6 +135,15 @@ def row_key(row: dict[str, Any]) -> str:
     differ only in the ids an episode drew are one row, and the structure (which result answers
     which call, which note a hint cites) still counts.
     """
+    return _masked_key([*row["prompt"], *row["completion"]], row["tools"])
+
+
+def prompt_key(row: dict[str, Any]) -> str:
+    """`row_key` of the prompt and tools alone: rows with equal prompt keys answer the same state."""
+    return _masked_key(list(row["prompt"]), row["tools"])
+
+
+def _masked_key(messages: list[dict[str, Any]], tools: Any) -> str:
     call_ids: dict[str, str] = {}
 
     def mask_call(value: Any) -> Any:
@@ -141,14 +151,14 @@ def row_key(row: dict[str, Any]) -> str:
             return value
         return call_ids.setdefault(str(value), f"<call{len(call_ids)}>")
 
-    messages = []
-    for message in [*row["prompt"], *row["completion"]]:
+    masked_messages = []
+    for message in messages:
         masked = dict(message)
         if masked.get("tool_calls"):
             masked["tool_calls"] = [{**call, "id": mask_call(call.get("id"))} for call in masked["tool_calls"]]
         masked["tool_call_id"] = mask_call(masked.get("tool_call_id"))
-        messages.append(masked)
-    text = json.dumps([messages, row["tools"]], sort_keys=True, ensure_ascii=False)
+        masked_messages.append(masked)
+    text = json.dumps([masked_messages, tools], sort_keys=True, ensure_ascii=False)
     ids: dict[str, str] = {}
     text = _VOLATILE_ID.sub(lambda m: ids.setdefault(m.group(0).lower(), f"<id{len(ids)}>"), text)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -166,12 +176,16 @@ def _deduplicated(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def balance_by_position(rows: list[dict[str, Any]], reached: dict[Any, int], *, seed: int = 0,
-                        kind: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
+                        kind: Callable[[dict[str, Any]], Any] | None = None,
+                        copies: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Repeat each call position's rows until it has `reached[position]` of them (one per episode reaching it).
 
     After deduplication the opening moves, which every episode of a task shares, are one row
     while later moves keep one row per episode; a policy trained on that rarely learns to open.
-    Distinct rows of a position are cycled (in a seeded order) so each appears as evenly as possible.
+    The distinct states (prompts) of a position are cycled (in a seeded order) so each appears as
+    evenly as possible. Where one state has several distinct replies, `copies` (`row_key` → rows
+    before deduplication) keeps their proportion: an expert that opens with a recall in 11 episodes
+    and without it in 5 still teaches 11 to 5, not 1 to 1. Without `copies` each reply counts once.
 
     With `kind` (a row's episode kind, such as its environment and difficulty) positions are
     balanced within each kind and `reached` is keyed by ``(kind, position)``: otherwise two kinds
@@ -189,11 +203,27 @@ def balance_by_position(rows: list[dict[str, Any]], reached: dict[Any, int], *, 
     for position in sorted(by_position, key=lambda k: (repr(k[0]), k[1]) if kind is not None else k):
         group = by_position[position]
         target = max(len(group), reached.get(position, len(group)))
-        extra = list(group)
-        rng.shuffle(extra)
+        replies: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in group:
+            replies[prompt_key(row)].append(row)
+        states = list(replies.values())
+        rng.shuffle(states)
         out.extend(group)
-        out.extend(extra[i % len(extra)] for i in range(target - len(group)))
+        given = {id(row): 1 for row in group}
+        for i in range(target - len(group)):
+            state = states[i % len(states)]
+            out.append(_most_owed(state, given, copies))
     return out
+
+
+def _most_owed(replies: list[dict[str, Any]], given: dict[int, int], copies: dict[str, int] | None) -> dict[str, Any]:
+    """The reply to one state furthest below its share of the state's rows (shares from `copies`), now given once more."""
+    weights = [copies.get(row_key(row), 1) if copies else 1 for row in replies]
+    slots = sum(given[id(row)] for row in replies) + 1
+    owed = [w * slots / sum(weights) - given[id(row)] for w, row in zip(weights, replies)]
+    row = replies[owed.index(max(owed))]
+    given[id(row)] += 1
+    return row
 
 
 def load_traces(sources: Iterable[Trace | str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Trace]:
@@ -271,10 +301,11 @@ def traces_to_sft_dataset(
         reached: dict[Any, int] = defaultdict(int)
         for row in split:
             reached[(kind(row), row["position"])] += 1
+        copies = Counter(map(row_key, split))
         if deduplicate:
             split = _deduplicated(split)
         if balance_positions:
-            split = balance_by_position(split, reached, seed=seed, kind=kind)
+            split = balance_by_position(split, reached, seed=seed, kind=kind, copies=copies)
         splits[name] = split
     full = Dataset.from_list(splits["train"] + splits["eval"])  # one schema for both splits
     n_train = len(splits["train"])

@@ -185,3 +185,24 @@ def test_balancing_weighs_each_difficulty_by_its_own_episodes() -> None:
         if call["name"] == "submit_batch" and arguments["batch_id"] == 1 and row["position"] == first_submit:
             first_batches[len(arguments["record_ids"])] += 1
     assert first_batches == {10: 12, 25: 2}
+
+
+def test_balancing_keeps_the_proportion_of_replies_to_one_state() -> None:
+    """Twelve crm-migration episodes from an expert that plays some of them lean: all share the
+    opening prompt, which dedupes to one row per reply; balanced, the opening is taught in the
+    episodes' proportion (recall in the full ones, the plan's commit in the lean ones), not 1 to 1."""
+    from evoharness_bpe.lab.envs import make_env
+    from evoharness_bpe.lab.policies import ExpertPolicy
+    from evoharness_bpe.lab.runner.core import run_episode
+
+    config = EpisodeConfig(harness="bpe", window=4, dashboard_tokens=160, spec_style="compact")
+    traces, lean = [], 0
+    for seed in range(12):
+        env = make_env("crm-migration", 1)
+        policy = ExpertPolicy(env, lean_rate=0.3, seed=0)
+        traces.append(run_episode(env, policy, None, config.model_copy(update={"seed": seed})))
+        lean += policy.lean
+    assert 0 < lean < 6
+    rows = traces_to_sft_dataset(traces, eval_fraction=0.0, balance_positions=True)["train"]
+    openings = Counter(row["completion"][0]["tool_calls"][0]["function"]["name"] for row in rows if row["position"] == 0)
+    assert openings == {"recall": 12 - lean, "commit": lean}
