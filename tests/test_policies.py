@@ -139,10 +139,35 @@ def test_sparse_crm_expert_leaves_out_only_what_the_episode_can_do_without() -> 
     assert _crm_names(again) == _crm_names(sparse[3])  # an episode's draws are its own: replayable
 
 
-def test_expert_skip_rate_is_a_probability() -> None:
+def test_lean_crm_expert_plays_whole_episodes_either_lean_or_in_full() -> None:
+    config = EpisodeConfig(harness="bpe", seed=0, max_steps=400, window=4, dashboard_tokens=160, spec_style="compact")
+    kinds = []
+    for seed in range(12):
+        episode = config.model_copy(update={"seed": seed})
+        env = make_env("crm-migration", 1)
+        whole = run_episode(env, ExpertPolicy(env), None, episode)
+        env = make_env("crm-migration", 1)
+        policy = ExpertPolicy(env, lean_rate=0.5, seed=2)
+        mixed = run_episode(env, policy, None, episode)
+        assert mixed.outcome.success
+        if policy.lean:
+            names = _crm_names(mixed)
+            assert not {"recall", "note", "track"} & set(names), names
+            for status in ("todo", "done"):
+                assert _commits(mixed, status) == _commits(whole, status)
+            assert [n for n in names if n not in _META_NAMES] == [n for n in _crm_names(whole) if n not in _META_NAMES]
+        else:
+            assert _crm_names(mixed) == _crm_names(whole)
+        kinds.append(policy.lean)
+    assert 0 < sum(kinds) < len(kinds), kinds
+
+
+def test_expert_skip_and_lean_rates_are_probabilities() -> None:
     env = make_env("crm-migration", 1)
     with pytest.raises(UserError, match="skip_rate"):
         ExpertPolicy(env, skip_rate=1.0)
+    with pytest.raises(UserError, match="lean_rate"):
+        ExpertPolicy(env, lean_rate=1.5)
 
 
 class _Server:

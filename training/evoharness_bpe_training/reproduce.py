@@ -70,6 +70,10 @@ class ReproduceConfig:
                                                                     "reads) with this probability: SFT data that holds the cheaper "
                                                                     "path beside the consulting one, so GRPO's own samples can find "
                                                                     "where consulting does not pay."})
+    expert_lean_rate: float = field(default=0.0, metadata={"help": "The share of expert episodes played lean, each whole episode without "
+                                                                    "the meta-actions it can do without (the rest in full): every "
+                                                                    "trace consistent with itself, the consulting and the lean way of "
+                                                                    "the same task side by side, in their proportion."})
     eval_episodes: int = field(default=10, metadata={"help": "Held-out episodes per stage and difficulty."})
     stages: str = field(default="raw,sft,grpo", metadata={"help": "Stages to evaluate."})
     window: int = field(default=4, metadata={"help": "Recent messages in each prompt."})
@@ -163,6 +167,8 @@ class ReproduceConfig:
                             "leave it at 1 or use --sft-loss completion")
         if not 0.0 <= self.expert_skip_rate < 1.0:
             raise UserError(f"--expert-skip-rate is a probability below 1, got {self.expert_skip_rate}")
+        if not 0.0 <= self.expert_lean_rate <= 1.0:
+            raise UserError(f"--expert-lean-rate is a probability, got {self.expert_lean_rate}")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
         if self.grpo_skip_samples >= self.grpo_generations:
@@ -668,7 +674,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     def expert() -> dict[str, Any]:
         seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
-        policy = partial(ExpertPolicy, skip_rate=config.expert_skip_rate, seed=config.seed)
+        policy = partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=config.expert_lean_rate, seed=config.seed)
         traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=policy)  # never cut
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
                 "successes": sum(bool(t.outcome.success) for t in traces)}

@@ -81,13 +81,13 @@ def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> N
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_lr_schedule="cosine")
 
 
-def _expert_meta_calls(tmp_path: Path, skip_rate: float) -> tuple[int, int]:
+def _expert_meta_calls(tmp_path: Path, skip_rate: float, lean_rate: float = 0.0) -> tuple[int, int]:
     """(meta-actions, successes) of the expert stage of a tiny run, stopped when that stage ends."""
     from evoharness_bpe import read_traces
     from evoharness_bpe_training import reproduce as module
 
-    out = tmp_path / f"skip-{skip_rate}"
-    config = module.load_reproduce_preset("tiny", out=str(out), expert_skip_rate=skip_rate)
+    out = tmp_path / f"skip-{skip_rate}-lean-{lean_rate}"
+    config = module.load_reproduce_preset("tiny", out=str(out), expert_skip_rate=skip_rate, expert_lean_rate=lean_rate)
 
     def stop_after_expert(line: str) -> None:
         if line.startswith("expert:"):
@@ -108,6 +108,17 @@ def test_reproduce_records_a_sparse_expert_when_asked(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="probability below 1"):
         load_reproduce_preset("tiny", out=str(tmp_path), expert_skip_rate=1.0)
     assert shared_stages({"expert_skip_rate": 0.0}, {"expert_skip_rate": 0.3}) == []  # new SFT data: every stage again
+
+
+def test_reproduce_records_lean_expert_episodes_when_asked(tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, shared_stages
+
+    full, full_successes = _expert_meta_calls(tmp_path, 0.0)
+    lean, lean_successes = _expert_meta_calls(tmp_path, 0.0, lean_rate=1.0)
+    assert lean < full and lean_successes == full_successes > 0
+    with pytest.raises(UserError, match="expert-lean-rate"):
+        load_reproduce_preset("tiny", out=str(tmp_path), expert_lean_rate=1.5)
+    assert shared_stages({"expert_lean_rate": 0.0}, {"expert_lean_rate": 0.3}) == []
 
 
 @pytest.mark.slow

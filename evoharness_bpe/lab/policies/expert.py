@@ -12,7 +12,10 @@ after a rejection. Works through any framework, since it only needs messages and
 (a recall, a note; in the CRM migration a track too) it leaves out with probability `p`, drawn
 per episode from `seed`, the environment's seed and the task. Its traces hold both the consulting
 and the cheaper path at the same kinds of state: data for a policy that must learn when
-consulting pays.
+consulting pays. ``ExpertPolicy(env, lean_rate=q)`` instead plays a share `q` of its episodes
+*lean*, each whole episode without any meta-action it can do without, and the rest in full: every
+trace is consistent with itself, and the consulting and the lean way of the same task sit side by
+side.
 """
 
 from __future__ import annotations
@@ -344,15 +347,19 @@ EXPERTS: dict[str, Callable[[str, Any], _Brain]] = {
 class ExpertPolicy:
     """The scripted expert for a built-in environment (`env` is the environment it plays)."""
 
-    def __init__(self, env: Any, *, skip_rate: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, env: Any, *, skip_rate: float = 0.0, lean_rate: float = 0.0, seed: int = 0) -> None:
         if getattr(env, "name", None) not in EXPERTS:
             raise UserError(f"no expert for environment {getattr(env, 'name', env)!r}; experts exist for {', '.join(EXPERTS)}")
         if not 0.0 <= skip_rate < 1.0:
             raise UserError(f"skip_rate is a probability below 1, got {skip_rate}")
+        if not 0.0 <= lean_rate <= 1.0:
+            raise UserError(f"lean_rate is a probability, got {lean_rate}")
         self.env = env
         self.skip_rate = skip_rate
+        self.lean_rate = lean_rate
         self.seed = seed
         self._rng: random.Random  # drawn per episode, when its first call arrives (`_ingest`)
+        self.lean = False  # whether the current episode is played lean
         self._brain: _Brain | None = None
         self._seen: str | None = None
         self._calls = 0
@@ -362,7 +369,9 @@ class ExpertPolicy:
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
         if last is None or self._brain is None:
             self._brain, self._seen = EXPERTS[self.env.name](task, self.env), None
-            self._rng = random.Random(f"{self.seed}:{getattr(self.env, 'seed', '')}:{task}")  # the episode's own draws
+            episode = f"{self.seed}:{getattr(self.env, 'seed', '')}:{task}"
+            self._rng = random.Random(episode)  # the episode's own draws
+            self.lean = random.Random(f"lean:{episode}").random() < self.lean_rate
             if last is None:
                 return
         assistant = messages[last]
@@ -384,9 +393,12 @@ class ExpertPolicy:
         assert self._brain is not None
         meta = frozenset({t["function"]["name"] for t in tools} & META)
         action = self._brain.decide(meta)
-        while self.skip_rate and action[0] in META and self._rng.random() < self.skip_rate and self._brain.skip(action):
+        while action[0] in META and self._skips() and self._brain.skip(action):
             action = self._brain.decide(meta)
         return action
+
+    def _skips(self) -> bool:
+        return self.lean or (bool(self.skip_rate) and self._rng.random() < self.skip_rate)
 
     def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> ChatMessage:
         name, args = self.next_action(messages, tools)
