@@ -301,8 +301,9 @@ def traces_to_sft_dataset(
         reached: dict[Any, int] = defaultdict(int)
         for row in split:
             reached[(kind(row), row["position"])] += 1
-        copies = Counter(map(row_key, split))
+        copies = None  # without deduplication every row is its own copy
         if deduplicate:
+            copies = Counter(map(row_key, split))
             split = _deduplicated(split)
         if balance_positions:
             split = balance_by_position(split, reached, seed=seed, kind=kind, copies=copies)
