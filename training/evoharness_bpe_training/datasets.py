@@ -164,15 +164,16 @@ def _masked_key(messages: list[dict[str, Any]], tools: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _deduplicated(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    seen: set[str] = set()
+def _deduplicated(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The first row of each `row_key`, and how many rows had each key."""
+    copies: Counter[str] = Counter()
     kept = []
     for row in rows:
         key = row_key(row)
-        if key not in seen:
-            seen.add(key)
+        if key not in copies:
             kept.append(row)
-    return kept
+        copies[key] += 1
+    return kept, copies
 
 
 def balance_by_position(rows: list[dict[str, Any]], reached: dict[Any, int], *, seed: int = 0,
@@ -210,18 +211,20 @@ def balance_by_position(rows: list[dict[str, Any]], reached: dict[Any, int], *, 
         rng.shuffle(states)
         out.extend(group)
         given = {id(row): 1 for row in group}
+        weight = {id(r): copies.get(row_key(r), 1) if copies else 1 for state in states if len(state) > 1 for r in state}
         for i in range(target - len(group)):
-            state = states[i % len(states)]
-            out.append(_most_owed(state, given, copies))
+            out.append(_most_owed(states[i % len(states)], given, weight))
     return out
 
 
-def _most_owed(replies: list[dict[str, Any]], given: dict[int, int], copies: dict[str, int] | None) -> dict[str, Any]:
-    """The reply to one state furthest below its share of the state's rows (shares from `copies`), now given once more."""
-    weights = [copies.get(row_key(row), 1) if copies else 1 for row in replies]
-    slots = sum(given[id(row)] for row in replies) + 1
-    owed = [w * slots / sum(weights) - given[id(row)] for w, row in zip(weights, replies)]
-    row = replies[owed.index(max(owed))]
+def _most_owed(replies: list[dict[str, Any]], given: dict[int, int], weight: dict[int, int]) -> dict[str, Any]:
+    """The reply to one state furthest below its share (`weight`) of the state's rows, now given once more."""
+    if len(replies) == 1:
+        row = replies[0]
+    else:
+        slots = sum(given[id(r)] for r in replies) + 1
+        total = sum(weight[id(r)] for r in replies)
+        row = max(replies, key=lambda r: weight[id(r)] * slots / total - given[id(r)])
     given[id(row)] += 1
     return row
 
@@ -303,8 +306,7 @@ def traces_to_sft_dataset(
             reached[(kind(row), row["position"])] += 1
         copies = None  # without deduplication every row is its own copy
         if deduplicate:
-            copies = Counter(map(row_key, split))
-            split = _deduplicated(split)
+            split, copies = _deduplicated(split)
         if balance_positions:
             split = balance_by_position(split, reached, seed=seed, kind=kind, copies=copies)
         splits[name] = split
