@@ -214,25 +214,30 @@ def speed() -> None:
           f"{near_ids.shape[1] - near_prompt_len} trained; target ≤ 2.5 s) | {near:.2f} | {near / old_step:.2f} |")
 
     kwargs = dict(tokenizer=tokenizer, native_tools=True, chat_template_kwargs=CHAT_TEMPLATE_KWARGS, max_new_tokens=160)
-    sequential = TransformersPolicy(lora_top.merge_and_unload().eval(), **kwargs)
+    sequential = TransformersPolicy(lora_top.merge_and_unload().eval(), static_cache=False, **kwargs)
     one = prompts[:3]
     start = time.perf_counter()
     replies = [sequential.complete(m, t) for m, t in one]
     old_reply = (time.perf_counter() - start) / len(one)
     old_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(one)
     copy_for_inference = inference_copy(sequential.model, "bf16" if bf16 else "fp32")
-    whole = TransformersPolicy(copy_for_inference, share_prefix=0, **kwargs)
+    whole = TransformersPolicy(copy_for_inference, share_prefix=0, static_cache=False, **kwargs)
     whole.complete_batch(prompts[:2])  # warm-up
     start = time.perf_counter()
     whole_replies = whole.complete_batch(prompts)
     whole_reply = (time.perf_counter() - start) / len(prompts)
+    growing = TransformersPolicy(copy_for_inference, static_cache=False, **kwargs)
+    start = time.perf_counter()
+    growing_replies = growing.complete_batch(prompts)
+    shared_reply = (time.perf_counter() - start) / len(prompts)
     batched = TransformersPolicy(copy_for_inference, **kwargs)
     start = time.perf_counter()
     replies = batched.complete_batch(prompts)
     new_reply = (time.perf_counter() - start) / len(prompts)
     calls = [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in replies]
-    assert calls == [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in whole_replies], \
-        "the shared prefix changed a reply"
+    for other in (whole_replies, growing_replies):
+        assert calls == [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in other], \
+            "the shared prefix or the static cache changed a reply"
     from evoharness_bpe.lab.policies.transformers import _shared_prefix_length
 
     prompt_ids = [tokenizer(batched.render_prompt(m, t), add_special_tokens=False)["input_ids"] for m, t in prompts]
@@ -240,10 +245,12 @@ def speed() -> None:
     new_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(prompts)
     mean_prompt = statistics.mean(batched.prompt_tokens[-len(prompts):])
     print(f"\n| held-out reply ({mean_prompt:.0f}-token prompts) | seconds per reply | reply tokens/s | vs old |\n|---|---|---|---|")
-    print(f"| old: one at a time, fp32 | {old_reply:.2f} | {old_tokens / old_reply:.1f} | 1.00 |")
+    print(f"| old: one at a time, fp32, the cache grown token by token | {old_reply:.2f} | {old_tokens / old_reply:.1f} | 1.00 |")
     print(f"| {len(prompts)} in one batch, every row prefills its whole prompt, {'bf16 weights' if bf16 else 'fp32'} | "
           f"{whole_reply:.2f} | {new_tokens / whole_reply:.1f} | {whole_reply / old_reply:.2f} |")
-    print(f"| new: {len(prompts)} in one batch, the {shared}-token shared prefix prefilled once, {'bf16 weights' if bf16 else 'fp32'} | "
+    print(f"| {len(prompts)} in one batch, the {shared}-token shared prefix prefilled once, the cache grown token by token | "
+          f"{shared_reply:.2f} | {new_tokens / shared_reply:.1f} | {shared_reply / old_reply:.2f} |")
+    print(f"| new: the same with a static cache (allocated once, written in place) | "
           f"{new_reply:.2f} | {new_tokens / new_reply:.1f} | {new_reply / old_reply:.2f} |")
 
 

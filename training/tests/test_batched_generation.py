@@ -29,8 +29,9 @@ def _policy(tiny_dir, **options):
     return TransformersPolicy(model, tokenizer=tokenizer, native_tools=True, max_new_tokens=24, **options)
 
 
-def test_a_batch_gives_each_prompt_the_reply_it_gets_alone(tiny_dir, requests) -> None:
-    policy = _policy(tiny_dir)
+@pytest.mark.parametrize("static_cache", [True, False])
+def test_a_batch_gives_each_prompt_the_reply_it_gets_alone(tiny_dir, requests, static_cache) -> None:
+    policy = _policy(tiny_dir, static_cache=static_cache)
     alone = [policy.complete(m, t) for m, t in requests]
     sizes = list(policy.prompt_tokens)
     together = policy.complete_batch(requests)
@@ -54,14 +55,15 @@ def test_one_line_calls_cut_a_reply_whose_tool_name_matches_no_tool(tiny_dir, re
     assert close_call("no call") == "no call"
 
 
-def test_a_shared_prompt_prefix_is_computed_once_and_changes_no_reply(tiny_dir, requests) -> None:
+@pytest.mark.parametrize("static_cache", [True, False])
+def test_a_shared_prompt_prefix_is_computed_once_and_changes_no_reply(tiny_dir, requests, static_cache) -> None:
     from evoharness_bpe.lab.policies.transformers import _shared_prefix_length
 
-    shared = _policy(tiny_dir)
-    whole = _policy(tiny_dir, share_prefix=0)
+    shared = _policy(tiny_dir, static_cache=static_cache)
+    whole = _policy(tiny_dir, share_prefix=0, static_cache=False)
     prefixes: list[int] = []
-    real = shared._prefix_cache
-    shared._prefix_cache = lambda prefix, rows: (prefixes.append(len(prefix)), real(prefix, rows))[1]  # type: ignore[method-assign]
+    real = shared._prefix_forward
+    shared._prefix_forward = lambda prefix: (prefixes.append(len(prefix)), real(prefix))[1]  # type: ignore[method-assign]
     with_cache = shared.complete_batch(requests)
     without = whole.complete_batch(requests)
     alone = [whole.complete(m, t) for m, t in requests]

@@ -106,14 +106,17 @@ class TransformersPolicy:
     offered tool). `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
     In `complete_batch`, prompts that share at least `share_prefix` leading tokens (the system
     text, the tool section, the dashboard's opening lines) have that prefix computed once and its
-    cache reused by every row (0: every row prefills its whole prompt).
+    cache reused by every row (0: every row prefills its whole prompt). With `static_cache` the
+    key/value cache is allocated once per `generate` at its final length and written in place
+    (``dynamic``: grown by concatenation at every token, which on a CPU copies the whole cache
+    each step).
     """
 
     def __init__(self, model: Any = None, *, tokenizer: Any = None, gguf_file: str | None = None, max_new_tokens: int = 96,
                  temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000,
                  prefill: str = '<tool_call>\n{"name": "', threads: int | None = None, native_tools: bool = False,
                  chat_template_kwargs: dict[str, Any] | None = None, one_line_calls: bool = False,
-                 share_prefix: int = 64) -> None:
+                 share_prefix: int = 64, static_cache: bool = True) -> None:
         try:
             import torch  # noqa: PLC0415
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
@@ -128,6 +131,8 @@ class TransformersPolicy:
         self.prefill = prefill
         self.one_line_calls = one_line_calls
         self.share_prefix = share_prefix
+        self.static_cache = static_cache
+        self._stop_criteria: dict[tuple[str, ...], Any] = {}
         self.prompt_tokens: list[int] = []
         self._calls = 0
         if threads:
@@ -205,18 +210,20 @@ class TransformersPolicy:
         input_ids = torch.tensor([list(rows[0][:shared]) + [pad] * (width - shared - len(r)) + r for r in rests], dtype=torch.long)
         attention = torch.tensor([[1] * shared + [0] * (width - shared - len(r)) + [1] * len(r) for r in rests], dtype=torch.long)
         extra: dict[str, Any] = {}
-        if shared:
+        if self.static_cache:
+            extra["past_key_values"] = self._static_cache(rows[0][:shared], len(rows), width + self.max_new_tokens)
+        elif shared:
             extra["past_key_values"] = self._prefix_cache(rows[0][:shared], len(rows))
         sample = self.temperature > 0
+        criteria = [self._stop_strings(("</tool_call>", "\n") if self.one_line_calls else ("</tool_call>",))]
         if self.one_line_calls and self.prefill.endswith('"name": "'):  # the reply starts with the tool's name
             names = [{t["function"]["name"] for t in tools} for _, tools in requests]
-            extra["stopping_criteria"] = [_call_shape(self.tokenizer, width, names)]
+            criteria.append(_call_shape(self.tokenizer, width, names))
         with torch.no_grad():
             out = self.model.generate(
                 input_ids, attention_mask=attention, max_new_tokens=self.max_new_tokens, do_sample=sample,
                 **({"temperature": self.temperature} if sample else {}), pad_token_id=pad,
-                stop_strings=["</tool_call>", "\n"] if self.one_line_calls else ["</tool_call>"], tokenizer=self.tokenizer,
-                **extra,
+                stopping_criteria=criteria, **extra,
             )
         replies = []
         for row, (_, tools) in zip(out, requests):
@@ -224,11 +231,39 @@ class TransformersPolicy:
             replies.append(self._reply(close_call(text) if self.one_line_calls else text, tools))
         return replies
 
-    def _prefix_cache(self, prefix: list[int], rows: int) -> Any:
-        """The key/value cache of `prefix`, computed once and repeated for `rows` rows."""
+    def _stop_strings(self, strings: tuple[str, ...]) -> Any:
+        """A stopping criterion for `strings`, built once (building one scans the whole vocabulary)."""
+        if strings not in self._stop_criteria:
+            from transformers import StopStringCriteria  # noqa: PLC0415
+
+            self._stop_criteria[strings] = StopStringCriteria(self.tokenizer, list(strings))
+        return self._stop_criteria[strings]
+
+    def _static_cache(self, prefix: list[int], rows: int, length: int) -> Any:
+        """A static cache of `length` tokens for `rows` rows, holding `prefix`'s keys and values
+        (computed once) in every row's first positions."""
+        from transformers import StaticCache  # noqa: PLC0415
+
+        cache = StaticCache(config=self.model.config, max_cache_len=length)
+        if not prefix:
+            return cache
+        for layer, computed in zip(cache.layers, self._prefix_forward(prefix).layers):
+            keys, values = computed.keys, computed.values
+            layer.lazy_initialization(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
+            layer.keys[:, :, : len(prefix)] = keys
+            layer.values[:, :, : len(prefix)] = values
+            layer.cumulative_length.fill_(len(prefix))
+        return cache
+
+    def _prefix_forward(self, prefix: list[int]) -> Any:
+        """The (dynamic) key/value cache of `prefix`, one row."""
         torch = self._torch
         with torch.no_grad():
-            cache = self.model(torch.tensor([prefix], dtype=torch.long), use_cache=True).past_key_values
+            return self.model(torch.tensor([prefix], dtype=torch.long), use_cache=True).past_key_values
+
+    def _prefix_cache(self, prefix: list[int], rows: int) -> Any:
+        """The key/value cache of `prefix`, computed once and repeated for `rows` rows."""
+        cache = self._prefix_forward(prefix)
         cache.batch_repeat_interleave(rows)
         return cache
 
