@@ -238,17 +238,19 @@ def speed() -> None:
     for other in (whole_replies, growing_replies):
         assert calls == [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in other], \
             "the shared prefix or the static cache changed a reply"
-    from evoharness_bpe.lab.policies.transformers import _shared_prefix_length
+    from evoharness_bpe.lab.policies.transformers import _prefix_plan
 
     prompt_ids = [tokenizer(batched.render_prompt(m, t), add_special_tokens=False)["input_ids"] for m, t in prompts]
-    shared = _shared_prefix_length(prompt_ids)
+    shared, length, groups = _prefix_plan(prompt_ids, batched.share_prefix)
+    plan = f"the {shared}-token common prefix prefilled once" + (
+        f", then up to token {length} once for each of {max(groups) + 1} groups" if length > shared else "")
     new_tokens = sum(len(tokenizer(str(r))["input_ids"]) for r in replies) / len(prompts)
     mean_prompt = statistics.mean(batched.prompt_tokens[-len(prompts):])
     print(f"\n| held-out reply ({mean_prompt:.0f}-token prompts) | seconds per reply | reply tokens/s | vs old |\n|---|---|---|---|")
     print(f"| old: one at a time, fp32, the cache grown token by token | {old_reply:.2f} | {old_tokens / old_reply:.1f} | 1.00 |")
     print(f"| {len(prompts)} in one batch, every row prefills its whole prompt, {'bf16 weights' if bf16 else 'fp32'} | "
           f"{whole_reply:.2f} | {new_tokens / whole_reply:.1f} | {whole_reply / old_reply:.2f} |")
-    print(f"| {len(prompts)} in one batch, the {shared}-token shared prefix prefilled once, the cache grown token by token | "
+    print(f"| {len(prompts)} in one batch, {plan}, the cache grown token by token | "
           f"{shared_reply:.2f} | {new_tokens / shared_reply:.1f} | {shared_reply / old_reply:.2f} |")
     print(f"| new: the same with a static cache (allocated once, written in place) | "
           f"{new_reply:.2f} | {new_tokens / new_reply:.1f} | {new_reply / old_reply:.2f} |")

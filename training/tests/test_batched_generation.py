@@ -71,3 +71,26 @@ def test_a_shared_prompt_prefix_is_computed_once_and_changes_no_reply(tiny_dir, 
     assert [r.get("content") for r in with_cache] == [r.get("content") for r in without] == [r.get("content") for r in alone]
     assert _shared_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 1  # every row keeps a token of its own
     assert _shared_prefix_length([[5, 6], [7, 6]]) == 0
+
+
+@pytest.mark.parametrize("static_cache", [True, False])
+def test_rows_that_share_more_than_the_common_prefix_compute_it_once_per_group(tiny_dir, requests, static_cache) -> None:
+    from evoharness_bpe.lab.policies.transformers import _prefix_plan
+
+    policy = _policy(tiny_dir, static_cache=static_cache)
+    grouped = [requests[3], requests[4], requests[3], requests[4], requests[2]]  # two pairs of equal prompts
+    rows = [policy.tokenizer(policy.render_prompt(m, t), add_special_tokens=False)["input_ids"] for m, t in grouped]
+    shared, length, groups = _prefix_plan(rows, 64)
+    assert length > shared and groups == [0, 1, 0, 1, 2]
+    alone = [_policy(tiny_dir, static_cache=False).complete(m, t) for m, t in grouped]
+    assert [r.get("content") for r in policy.complete_batch(grouped)] == [r.get("content") for r in alone]
+
+
+def test_the_prefix_plan_computes_the_fewest_tokens() -> None:
+    from evoharness_bpe.lab.policies.transformers import _prefix_plan
+
+    a, b = [1] * 10 + [2] * 30 + [3], [1] * 10 + [4] * 30 + [5]
+    assert _prefix_plan([a, a, b, b], 4) == (10, 40, [0, 0, 1, 1])  # 10 + 2 x 30 + 4 x 1 tokens
+    assert _prefix_plan([a, b], 4) == (10, 10, [0, 0])  # no pair: the common prefix only
+    assert _prefix_plan([a, b], 11) == (0, 0, [0, 0])  # under the minimum: no sharing
+    assert _prefix_plan([a, a], 0) == (0, 0, [0, 0])

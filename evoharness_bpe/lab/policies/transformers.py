@@ -64,6 +64,33 @@ def _shared_prefix_length(rows: list[list[int]]) -> int:
     return min(len(os.path.commonprefix(rows)), min(len(r) for r in rows) - 1)
 
 
+def _prefix_plan(rows: list[list[int]], minimum: int) -> tuple[int, int, list[int]]:
+    """How `rows` share their prompt's prefill: ``(shared, length, groups)``.
+
+    The first `shared` tokens are common to every row and computed once; each row's tokens up to
+    `length` are computed once per group of rows that have the same first `length` tokens
+    (`groups[i]`, numbered by first appearance), and the rest row by row. `length` is the one
+    that computes the fewest tokens in all; ``(0, 0, …)`` when it is under `minimum` tokens (or
+    `minimum` is 0: every row computes its whole prompt).
+    """
+    none = (0, 0, [0] * len(rows))
+    if len(rows) < 2 or minimum <= 0:
+        return none
+    shared = _shared_prefix_length(rows)
+    cap = min(len(r) for r in rows) - 1
+    candidates = {shared} | {min(len(os.path.commonprefix([a, b])), cap) for i, a in enumerate(rows) for b in rows[i + 1 :]}
+
+    def cost(length: int) -> int:
+        groups = len({tuple(r[shared:length]) for r in rows})
+        return shared + groups * (length - shared) - sum(length for _ in rows)
+
+    length = min((c for c in candidates if c >= shared), key=lambda c: (cost(c), c))
+    if length < minimum:
+        return none
+    firsts: dict[tuple[int, ...], int] = {}
+    return shared, length, [firsts.setdefault(tuple(r[shared:length]), len(firsts)) for r in rows]
+
+
 def _chat(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
     """OpenAI messages → plain role/content turns with tool calls and results written as text."""
     out: list[dict[str, str]] = []
@@ -200,20 +227,20 @@ class TransformersPolicy:
             rows.append(ids[-self.max_prompt_tokens :])  # keep the newest part; the model cannot read more
         self.prompt_tokens.extend(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        shared = _shared_prefix_length(rows) if len(rows) > 1 and self.share_prefix else 0
-        if shared < self.share_prefix:
-            shared = 0
-        # Each row: the shared prefix, then left padding, then the rest of its prompt (the padding
-        # is masked out and positions follow the mask, so every row reads as its prompt alone).
-        rests = [list(r[shared:]) for r in rows]
-        width = shared + max(len(r) for r in rests)
-        input_ids = torch.tensor([list(rows[0][:shared]) + [pad] * (width - shared - len(r)) + r for r in rests], dtype=torch.long)
-        attention = torch.tensor([[1] * shared + [0] * (width - shared - len(r)) + [1] * len(r) for r in rests], dtype=torch.long)
+        shared, length, groups = _prefix_plan(rows, self.share_prefix)
+        # Each row: its first `length` tokens (computed once per group of rows that share them),
+        # then left padding, then the rest of its prompt (the padding is masked out and positions
+        # follow the mask, so every row reads as its prompt alone).
+        rests = [list(r[length:]) for r in rows]
+        width = length + max(len(r) for r in rests)
+        input_ids = torch.tensor([list(row[:length]) + [pad] * (width - length - len(r)) + r for row, r in zip(rows, rests)], dtype=torch.long)
+        attention = torch.tensor([[1] * length + [0] * (width - length - len(r)) + [1] * len(r) for r in rests], dtype=torch.long)
         extra: dict[str, Any] = {}
+        prefix = self._prefix_cache(rows, shared, length, groups) if length else None
         if self.static_cache:
-            extra["past_key_values"] = self._static_cache(rows[0][:shared], len(rows), width + self.max_new_tokens)
-        elif shared:
-            extra["past_key_values"] = self._prefix_cache(rows[0][:shared], len(rows))
+            extra["past_key_values"] = self._static_cache(prefix, len(rows), width + self.max_new_tokens)
+        elif prefix is not None:
+            extra["past_key_values"] = prefix
         sample = self.temperature > 0
         criteria = [self._stop_strings(("</tool_call>", "\n") if self.one_line_calls else ("</tool_call>",))]
         if self.one_line_calls and self.prefill.endswith('"name": "'):  # the reply starts with the tool's name
@@ -239,20 +266,20 @@ class TransformersPolicy:
             self._stop_criteria[strings] = StopStringCriteria(self.tokenizer, list(strings))
         return self._stop_criteria[strings]
 
-    def _static_cache(self, prefix: list[int], rows: int, length: int) -> Any:
-        """A static cache of `length` tokens for `rows` rows, holding `prefix`'s keys and values
-        (computed once) in every row's first positions."""
+    def _static_cache(self, prefix: Any, rows: int, length: int) -> Any:
+        """A static cache of `length` tokens for `rows` rows, holding the keys and values of the
+        `prefix` cache (when given) in its first positions."""
         from transformers import StaticCache  # noqa: PLC0415
 
         cache = StaticCache(config=self.model.config, max_cache_len=length)
-        if not prefix:
+        if prefix is None:
             return cache
-        for layer, computed in zip(cache.layers, self._prefix_forward(prefix).layers):
+        for layer, computed in zip(cache.layers, prefix.layers):
             keys, values = computed.keys, computed.values
-            layer.lazy_initialization(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
-            layer.keys[:, :, : len(prefix)] = keys
-            layer.values[:, :, : len(prefix)] = values
-            layer.cumulative_length.fill_(len(prefix))
+            layer.lazy_initialization(keys, values)
+            layer.keys[:, :, : keys.shape[2]] = keys
+            layer.values[:, :, : values.shape[2]] = values
+            layer.cumulative_length.fill_(keys.shape[2])
         return cache
 
     def _prefix_forward(self, prefix: list[int]) -> Any:
@@ -261,10 +288,19 @@ class TransformersPolicy:
         with torch.no_grad():
             return self.model(torch.tensor([prefix], dtype=torch.long), use_cache=True).past_key_values
 
-    def _prefix_cache(self, prefix: list[int], rows: int) -> Any:
-        """The key/value cache of `prefix`, computed once and repeated for `rows` rows."""
-        cache = self._prefix_forward(prefix)
-        cache.batch_repeat_interleave(rows)
+    def _prefix_cache(self, rows: list[list[int]], shared: int, length: int, groups: list[int]) -> Any:
+        """The key/value cache of every row's first `length` tokens: the `shared` tokens common to
+        all rows computed once, then the rest of the `length` once per group (`groups[i]` is row
+        i's group, numbered by first appearance)."""
+        torch = self._torch
+        cache = self._prefix_forward(rows[0][:shared]) if shared else None
+        if length > shared:
+            heads = [rows[groups.index(g)][shared:length] for g in range(max(groups) + 1)]
+            if cache is not None:
+                cache.batch_repeat_interleave(len(heads))
+            with torch.no_grad():
+                cache = self.model(torch.tensor(heads, dtype=torch.long), past_key_values=cache, use_cache=True).past_key_values
+        cache.batch_select_indices(torch.tensor(groups, dtype=torch.long))
         return cache
 
     def _reply(self, text: str, tools: list[dict[str, Any]]) -> ChatMessage:
