@@ -82,7 +82,7 @@ def _prefix_plan(rows: list[list[int]], minimum: int) -> tuple[int, int, list[in
 
     def cost(length: int) -> int:
         groups = len({tuple(r[shared:length]) for r in rows})
-        return shared + groups * (length - shared) - sum(length for _ in rows)
+        return shared + groups * (length - shared) - len(rows) * length
 
     length = min((c for c in candidates if c >= shared), key=lambda c: (cost(c), c))
     if length < minimum:
@@ -133,10 +133,11 @@ class TransformersPolicy:
     offered tool). `threads` sets torch's CPU threads. `prompt_tokens` keeps the exact token count of each prompt.
     In `complete_batch`, prompts that share at least `share_prefix` leading tokens (the system
     text, the tool section, the dashboard's opening lines) have that prefix computed once and its
-    cache reused by every row (0: every row prefills its whole prompt). With `static_cache` the
-    key/value cache is allocated once per `generate` at its final length and written in place
-    (``dynamic``: grown by concatenation at every token, which on a CPU copies the whole cache
-    each step).
+    cache reused by every row, and rows that share more than that with each other compute the
+    longer prefix once per group (`_prefix_plan`; 0: every row prefills its whole prompt). With
+    `static_cache` the key/value cache is allocated once per `generate` at its final length and
+    written in place (False: grown by concatenation at every token, which on a CPU copies the
+    whole cache each step).
     """
 
     def __init__(self, model: Any = None, *, tokenizer: Any = None, gguf_file: str | None = None, max_new_tokens: int = 96,
