@@ -17,8 +17,12 @@ from typing import Any
 __all__ = ["Interrupts", "RunInterrupted"]
 
 
-class RunInterrupted(Exception):  # noqa: N818 - it is an event, not an error
-    """The run received SIGINT or SIGTERM; `exit_code` is 130 or 143."""
+class RunInterrupted(BaseException):  # noqa: N818 - it is an event, not an error
+    """The run received SIGINT or SIGTERM; `exit_code` is 130 or 143.
+
+    A `BaseException`, as `KeyboardInterrupt` is: the catch-alls that keep a model's run going
+    past a failing store or framework (``except Exception``) must not swallow it.
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
