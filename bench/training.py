@@ -234,10 +234,10 @@ def speed() -> None:
     start = time.perf_counter()
     replies = batched.complete_batch(prompts)
     new_reply = (time.perf_counter() - start) / len(prompts)
-    calls = [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in replies]
-    for other in (whole_replies, growing_replies):
-        assert calls == [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in other], \
-            "the shared prefix or the static cache changed a reply"
+    def calls(replies: list) -> list:
+        return [[c["function"] for c in r.get("tool_calls") or []] or r.get("content") for r in replies]
+
+    assert calls(replies) == calls(whole_replies) == calls(growing_replies), "the shared prefix or the static cache changed a reply"
     from evoharness_bpe.lab.policies.transformers import _prefix_plan
 
     prompt_ids = [tokenizer(batched.render_prompt(m, t), add_special_tokens=False)["input_ids"] for m, t in prompts]

@@ -31,4 +31,3 @@ def test_a_signal_during_a_meta_action_is_not_turned_into_an_error_for_the_model
         ws.act("recall", {"query": "rate limit"})
     assert caught.value.exit_code == 128 + signum
     assert ws.state.model_dump_json() == before
-
