@@ -97,6 +97,9 @@ class ReproduceConfig:
                                                                   "a student trained from scratch also learns the observations it must copy from)."})
     sft_opening_weight: float = field(default=1.0, metadata={"help": "Loss weight of each reply's first tokens, where it names its "
                                                                        "tool (with --sft-loss completion; 1: every token alike)."})
+    sft_opening_tokens: int = field(default=24, metadata={"help": "How many of each reply's first tokens --sft-opening-weight weighs "
+                                                                    "(12 ends at the tool name's first token in SmolLM2's "
+                                                                    "tokenization: the choice alone, no argument)."})
     grpo_steps: int = field(default=20, metadata={"help": "GRPO optimizer steps."})
     grpo_learning_rate: float = field(default=1e-4, metadata={"help": "GRPO learning rate."})
     grpo_lr_schedule: str = field(default="linear", metadata={"help": "`linear` (decays to 0 over --grpo-steps: over a few updates the "
@@ -162,6 +165,8 @@ class ReproduceConfig:
             raise UserError("--lora-r applies to a pretrained model; the student trains every weight (set --lora-r 0)")
         if self.sft_opening_weight <= 0:
             raise UserError(f"--sft-opening-weight must be above 0, got {self.sft_opening_weight}")
+        if self.sft_opening_tokens < 1:
+            raise UserError(f"--sft-opening-tokens must be at least 1, got {self.sft_opening_tokens}")
         if self.sft_loss == "full" and self.sft_opening_weight != 1.0:
             raise UserError("--sft-opening-weight weighs the start of each reply; with --sft-loss full every token is trained: "
                             "leave it at 1 or use --sft-loss completion")
@@ -407,20 +412,27 @@ def _lora(model: Any, config: ReproduceConfig) -> Any:
     return lora_config(model, r=config.lora_r, alpha=config.lora_alpha, top_layers=config.lora_layers) if config.lora_r else None
 
 
+def sft_recipe(config: ReproduceConfig, out: Path, precision: str, *, lora: bool) -> Any:
+    """The SFT recipe (`SFTRecipeConfig`) of a reproduction's ``sft-train`` stage."""
+    from .sft import SFTRecipeConfig
+
+    return SFTRecipeConfig(model_name_or_path=config.model, use_peft=lora, output_dir=str(out / "sft"),
+                           num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
+                           # a pretrained model: one row a pass (no padding to the batch's longest row), the batch by
+                           # accumulation; the small student gains more from batching than it loses to padding
+                           per_device_train_batch_size=1 if lora else config.sft_batch_size,
+                           gradient_accumulation_steps=config.sft_batch_size if lora else 1,
+                           max_length=4096, eval_fraction=0.0,
+                           deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
+                           opening_weight=config.sft_opening_weight, opening_tokens=config.sft_opening_tokens,
+                           **_train_kwargs(config, precision))
+
+
 def _sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out: Path, precision: str, log: Any) -> tuple[Any, dict[str, Any]]:
-    from .sft import SFTRecipeConfig, run_sft
+    from .sft import run_sft
 
     peft_config = _lora(model, config)
-    recipe = SFTRecipeConfig(model_name_or_path=config.model, use_peft=peft_config is not None, output_dir=str(out / "sft"),
-                             num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
-                             # a pretrained model: one row a pass (no padding to the batch's longest row), the batch by
-                             # accumulation; the small student gains more from batching than it loses to padding
-                             per_device_train_batch_size=1 if peft_config is not None else config.sft_batch_size,
-                             gradient_accumulation_steps=config.sft_batch_size if peft_config is not None else 1,
-                             max_length=4096, eval_fraction=0.0,
-                             deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
-                             opening_weight=config.sft_opening_weight,
-                             **_train_kwargs(config, precision))
+    recipe = sft_recipe(config, out, precision, lora=peft_config is not None)
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
                      callbacks=[_step_progress("sft-train", log)], quiet=True)
     return result.model, dict(result.metrics)

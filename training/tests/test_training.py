@@ -121,3 +121,16 @@ def test_the_trainer_loss_weighs_each_replys_opening(tiny_dir, sft_traces, tmp_p
     plain = float(-out.log_probs.sum() / out.label_mask.sum())
     assert abs(losses[0] - plain) < 1e-4 and abs(losses[1] - expected) < 1e-4
     assert losses[1] > losses[0]  # the opening's tokens count six times
+
+
+def test_the_reproduction_weighs_as_many_reply_tokens_as_asked(tmp_path) -> None:
+    from evoharness_bpe.exceptions import UserError
+    from evoharness_bpe_training.reproduce import ReproduceConfig, sft_recipe
+
+    config = ReproduceConfig(sft_opening_weight=10.0, sft_opening_tokens=12, sft_batch_size=4)
+    recipe = sft_recipe(config, tmp_path, "fp32", lora=True)
+    assert (recipe.opening_weight, recipe.opening_tokens) == (10.0, 12)
+    assert (recipe.per_device_train_batch_size, recipe.gradient_accumulation_steps) == (1, 4)  # LoRA: one row a pass
+    assert sft_recipe(ReproduceConfig(), tmp_path, "fp32", lora=False).opening_tokens == 24  # the default
+    with pytest.raises(UserError, match="--sft-opening-tokens"):
+        ReproduceConfig(sft_opening_tokens=0)
