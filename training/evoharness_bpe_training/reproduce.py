@@ -38,12 +38,14 @@ import json
 import shlex
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from evoharness_bpe.actions import META_ACTIONS
 from evoharness_bpe.exceptions import UserError
 
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
@@ -120,6 +122,10 @@ class ReproduceConfig:
                                                                  "environment action its episode took, in place of the meta-action "
                                                                  "(guided exploration: every group compares consulting with acting). "
                                                                  "0: every sample drawn from the policy."})
+    grpo_skip_kinds: str = field(default="track,commit,recall,note", metadata={
+        "help": "The meta-actions whose states get --grpo-skip-samples (comma-separated). Leaving out `commit` keeps "
+                "Progress whole: a skipped commit that still succeeds teaches the policy to finish while the "
+                "dashboard's NEXT lists work, and NEXT is the cue it finishes by."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
@@ -176,9 +182,16 @@ class ReproduceConfig:
             raise UserError(f"--expert-lean-rate is a probability, got {self.expert_lean_rate}")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
+        unknown = sorted(set(self.skip_kinds()) - set(META_ACTIONS))
+        if unknown or not self.skip_kinds():
+            raise UserError(f"--grpo-skip-kinds takes meta-actions ({', '.join(META_ACTIONS)}), not {self.grpo_skip_kinds!r}")
         if self.grpo_skip_samples >= self.grpo_generations:
             raise UserError(f"--grpo-skip-samples ({self.grpo_skip_samples}) must leave at least one sampled action in groups of "
                             f"--grpo-generations {self.grpo_generations}")
+
+    def skip_kinds(self) -> tuple[str, ...]:
+        """The meta-actions whose states GRPO's guided exploration skips (`grpo_skip_kinds`)."""
+        return tuple(kind.strip() for kind in self.grpo_skip_kinds.split(",") if kind.strip())
 
     def levels(self) -> list[int]:
         try:
@@ -236,7 +249,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
-                     "grpo_continuation_calls", "grpo_skip_samples", "reward", "lam", "mu", "invalid_penalty", "use_vllm"), "grpo-train"),
+                     "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty", "use_vllm"), "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
 """The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
@@ -326,7 +339,6 @@ def _play(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], pat
 
 
 def _summary(stage: str, traces: list[Any], wall_s: float) -> dict[str, Any]:
-    from evoharness_bpe import META_ACTIONS
 
     from .continuation import episode_cost
 
@@ -513,7 +525,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     prefill = _policy(model, tokenizer, config).prefill
     rollout_func = None
     if config.grpo_skip_samples:
-        skips = _skip_completions(states, out / "grpo-states.jsonl", tokenizer, prefill)
+        skips = _skip_completions(states, out / "grpo-states.jsonl", tokenizer, prefill, config.skip_kinds())
         log(f"grpo: {config.grpo_skip_samples} of each group of {config.grpo_generations} the state's skip ({len(skips)} distinct "
             f"prompts of {len(states)} states have one)")
         rollout_func = SkipExploration(skips, config.grpo_skip_samples, tokenizer)
@@ -539,9 +551,11 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     return trainer.model, reward.log
 
 
-def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer: Any, prefill: str) -> dict[str, str]:
+def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer: Any, prefill: str,
+                      kinds: Sequence[str] = META_ACTIONS) -> dict[str, str]:
     """Each consulting state's skip (`exploration.skip_action` in the episode it came from) as the
-    completion text GRPO trains on, keyed by the state's prompt; a state where the episode acted has none."""
+    completion text GRPO trains on, keyed by the state's prompt; a state where the episode acted,
+    or whose meta-action is not one of `kinds`, has none."""
     from evoharness_bpe import read_traces
 
     from .continuation import consulting_states
@@ -551,6 +565,8 @@ def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer
     episodes = {(int(t.metadata.get("difficulty") or 1), int(t.metadata["seed"])): t for t in read_traces(traces_path)}
     skips = {}
     for state in consulting_states(states):
+        if state.get("called") not in kinds:
+            continue
         action = skip_action(episodes[int(state["difficulty"]), int(state["seed"])], int(state["position"]))
         if action is not None:
             skips[state["prompt"]] = completion_text(tokenizer, action, prefill, CHAT_TEMPLATE_KWARGS)

@@ -151,3 +151,27 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
              if "learning_rate" in json.loads(line)]
     assert rates == [3e-4] * config.grpo_steps  # --grpo-lr-schedule constant: no decay over the updates
 
+
+
+def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_trace, tmp_path: Path) -> None:
+    from evoharness_bpe import TraceWriter
+    from evoharness_bpe_training.reproduce import _skip_completions, load_reproduce_preset
+    from evoharness_bpe_training.student import student_chat_template
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(512, chat_template=student_chat_template())
+    with TraceWriter(tmp_path / "states.jsonl") as writer:
+        writer.write(expert_trace)
+    states = [{**s, "difficulty": 1, "seed": 3} for s in consulting_states(state_rows([expert_trace], lambda m, t: str(t)))]
+    states = [{**s, "prompt": f"state {n}"} for n, s in enumerate(states)]
+    called = {s["prompt"]: s["called"] for s in states}
+    every = _skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL)
+    lean = _skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL, ("recall", "note", "track"))
+    assert "commit" in {called[p] for p in every}  # the expert's commits have skips by default
+    assert lean and set(lean) == {p for p in every if called[p] != "commit"}
+    assert all(lean[p] == every[p] for p in lean)
+    config = load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds="note, recall")
+    assert config.skip_kinds() == ("note", "recall")
+    for wrong in ("note,finish", " , "):
+        with pytest.raises(UserError, match="--grpo-skip-kinds"):
+            load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds=wrong)
