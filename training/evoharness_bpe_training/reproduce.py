@@ -125,7 +125,9 @@ class ReproduceConfig:
     grpo_skip_kinds: str = field(default="track,commit,recall,note", metadata={
         "help": "The meta-actions whose states get --grpo-skip-samples (comma-separated). Leaving out `commit` keeps "
                 "Progress whole: a skipped commit that still succeeds teaches the policy to finish while the "
-                "dashboard's NEXT lists work, and NEXT is the cue it finishes by."})
+                "dashboard's NEXT lists work, and NEXT is the cue it finishes by. With --grpo-skip-samples, GRPO "
+                "trains on these meta-actions' states only (where every sample consults alike, a group has no "
+                "advantage to learn from)."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
@@ -551,6 +553,14 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     return trainer.model, reward.log
 
 
+def grpo_train_states(states: list[dict[str, Any]], config: ReproduceConfig) -> list[dict[str, Any]]:
+    """The states GRPO trains on: all of `states`, or with guided exploration narrowed by
+    ``--grpo-skip-kinds`` those whose meta-action is one it skips (all of them if none is)."""
+    if not config.grpo_skip_samples or set(config.skip_kinds()) == set(META_ACTIONS):
+        return states
+    return [state for state in states if state.get("called") in config.skip_kinds()] or states
+
+
 def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer: Any, prefill: str,
                       kinds: Sequence[str] = META_ACTIONS) -> dict[str, str]:
     """Each consulting state's skip (`exploration.skip_action` in the episode it came from) as the
@@ -763,6 +773,10 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
         def grpo_train() -> dict[str, Any]:
             states = json.loads((out / "grpo-states.json").read_text("utf-8"))
+            kept = grpo_train_states(states, config)
+            if len(kept) != len(states):
+                log(f"grpo: {len(kept)} of {len(states)} states called {', '.join(config.skip_kinds())} (--grpo-skip-kinds)")
+            states = kept
             trained, rewards = _grpo(model, tokenizer, states, config, out, precision, log)
             _save(trained, tokenizer, out / "grpo" / "model", config, "grpo")
             return {"steps": config.grpo_steps, "scored": len(rewards)}

@@ -155,7 +155,9 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
 
 def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_trace, tmp_path: Path) -> None:
     from evoharness_bpe import TraceWriter
-    from evoharness_bpe_training.reproduce import _skip_completions, load_reproduce_preset
+    from dataclasses import replace
+
+    from evoharness_bpe_training.reproduce import _skip_completions, grpo_train_states, load_reproduce_preset
     from evoharness_bpe_training.student import student_chat_template
     from evoharness_bpe_training.tiny import build_tiny_tokenizer
 
@@ -172,6 +174,10 @@ def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_tr
     assert all(lean[p] == every[p] for p in lean)
     config = load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds="note, recall")
     assert config.skip_kinds() == ("note", "recall")
+    assert grpo_train_states(states, config) == states  # no guided exploration: every state
+    skipping = replace(config, grpo_skip_samples=1, grpo_generations=4)
+    assert [s["called"] for s in grpo_train_states(states, skipping)] == [s["called"] for s in states if s["called"] in ("note", "recall")]
+    assert grpo_train_states([s for s in states if s["called"] == "commit"], skipping)  # none of those kinds: all kept
     for wrong in ("note,finish", " , "):
         with pytest.raises(UserError, match="--grpo-skip-kinds"):
             load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds=wrong)
