@@ -3,8 +3,9 @@
 A policy fine-tuned on traces that consult at every decision rarely samples a skip (measured on
 the CPU reproduction: P(skip) median 0.003 at its consulting states), so a group's samples all
 consult, their continuations all cost the same, and GRPO has nothing to prefer. Here the last
-`samples` of each group are the state's *skip*: the next environment action its episode took,
-in place of the meta-action. The group then compares consulting with acting at every state; where
+`samples` of each group are the state's *skip*: the next environment action its episode took
+(or, with the skipped meta-actions narrowed, its next action of another kind), in place of the
+meta-action. The group then compares consulting with acting at every state; where
 the skip still succeeds for less, its advantage is positive and GRPO raises its probability,
 where it fails, consulting is reinforced.
 
@@ -16,7 +17,7 @@ the groups.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from evoharness_bpe import META_ACTIONS, Trace
@@ -29,13 +30,17 @@ __all__ = ["skip_action", "completion_text", "SkipExploration"]
 ChatMessage = dict[str, Any]
 
 
-def skip_action(trace: Trace, position: int) -> ChatMessage | None:
-    """The first environment action `trace` took after model call `position` (replies that call
-    no tool skipped): what the policy does once it has consulted, taken instead. None if the
-    episode took none."""
+def skip_action(trace: Trace, position: int, skipped: Collection[str] = META_ACTIONS) -> ChatMessage | None:
+    """The first action `trace` took after model call `position` that is not one of the `skipped`
+    meta-actions (by default any meta-action: the first environment action; replies that call no
+    tool passed over): what the policy does once it has consulted, taken instead. None if the
+    episode took none.
+
+    With `skipped` narrowed to ``recall, note, track``, skipping the opening recall lands on the
+    plan's first ``commit``, not on the environment action after the whole plan."""
     for call in trace.model_calls[position + 1:]:
         name = _called(call.response)
-        if name and name not in META_ACTIONS:
+        if name and name not in skipped:
             return call.response
     return None
 

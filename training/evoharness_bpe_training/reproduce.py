@@ -123,7 +123,8 @@ class ReproduceConfig:
                                                                  "(guided exploration: every group compares consulting with acting). "
                                                                  "0: every sample drawn from the policy."})
     grpo_skip_kinds: str = field(default="track,commit,recall,note", metadata={
-        "help": "The meta-actions whose states get --grpo-skip-samples (comma-separated). Leaving out `commit` keeps "
+        "help": "The meta-actions whose states get --grpo-skip-samples (comma-separated); a skip passes over these "
+                "kinds to the episode's next action of another kind. Leaving out `commit` keeps "
                 "Progress whole: a skipped commit that still succeeds teaches the policy to finish while the "
                 "dashboard's NEXT lists work, and NEXT is the cue it finishes by. With --grpo-skip-samples, GRPO "
                 "trains on these meta-actions' states only (where every sample consults alike, a group has no "
@@ -577,7 +578,7 @@ def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer
     for state in consulting_states(states):
         if state.get("called") not in kinds:
             continue
-        action = skip_action(episodes[int(state["difficulty"]), int(state["seed"])], int(state["position"]))
+        action = skip_action(episodes[int(state["difficulty"]), int(state["seed"])], int(state["position"]), kinds)
         if action is not None:
             skips[state["prompt"]] = completion_text(tokenizer, action, prefill, CHAT_TEMPLATE_KWARGS)
     return skips

@@ -171,7 +171,14 @@ def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_tr
     lean = _skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL, ("recall", "note", "track"))
     assert "commit" in {called[p] for p in every}  # the expert's commits have skips by default
     assert lean and set(lean) == {p for p in every if called[p] != "commit"}
-    assert all(lean[p] == every[p] for p in lean)
+    replies = [c.response for c in expert_trace.model_calls]
+    for state in states:
+        if state["called"] != "commit":
+            later = [r for r in replies[state["position"] + 1:] if _name(r) not in ("recall", "note", "track")]
+            assert skip_action(expert_trace, state["position"], ("recall", "note", "track")) == later[0]
+    opening = next(s for s in states if s["called"] == "recall")
+    assert _name(skip_action(expert_trace, opening["position"], ("recall", "note", "track"))) == "commit"  # the plan
+    assert _name(skip_action(expert_trace, opening["position"])) not in META_ACTIONS  # past the plan
     config = load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds="note, recall")
     assert config.skip_kinds() == ("note", "recall")
     assert grpo_train_states(states, config) == states  # no guided exploration: every state
