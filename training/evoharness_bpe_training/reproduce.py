@@ -342,7 +342,6 @@ def _play(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], pat
 
 
 def _summary(stage: str, traces: list[Any], wall_s: float) -> dict[str, Any]:
-
     from .continuation import episode_cost
 
     by_level: dict[int, list[Any]] = {}
