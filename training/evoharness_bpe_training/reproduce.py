@@ -568,14 +568,13 @@ def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer
     or whose meta-action is not one of `kinds`, has none."""
     from evoharness_bpe import read_traces
 
-    from .continuation import consulting_states
     from .exploration import completion_text, skip_action
     from .grpo import CHAT_TEMPLATE_KWARGS
 
     episodes = {(int(t.metadata.get("difficulty") or 1), int(t.metadata["seed"])): t for t in read_traces(traces_path)}
     skips = {}
-    for state in consulting_states(states):
-        if state.get("called") not in kinds:
+    for state in states:
+        if state.get("called") not in kinds:  # kinds are meta-actions: a state where the episode acted has none
             continue
         action = skip_action(episodes[int(state["difficulty"]), int(state["seed"])], int(state["position"]), kinds)
         if action is not None:

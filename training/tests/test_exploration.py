@@ -152,11 +152,10 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
     assert rates == [3e-4] * config.grpo_steps  # --grpo-lr-schedule constant: no decay over the updates
 
 
-
 def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_trace, tmp_path: Path) -> None:
-    from evoharness_bpe import TraceWriter
     from dataclasses import replace
 
+    from evoharness_bpe import TraceWriter
     from evoharness_bpe_training.reproduce import _skip_completions, grpo_train_states, load_reproduce_preset
     from evoharness_bpe_training.student import student_chat_template
     from evoharness_bpe_training.tiny import build_tiny_tokenizer
