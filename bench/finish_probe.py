@@ -43,7 +43,9 @@ def as_if_last_batch(prompt: str) -> dict[str, str]:
     dashboard = re.sub(r"PROGRESS: \d+ todo, (\d+) doing, \d+ done", rf"PROGRESS: 0 todo, \1 doing, {total} done", prompt)
     dashboard = re.sub(r"NEXT:\n(- \[todo\][^\n]*\n)+", "", dashboard)
     window = re.sub(r'"subgoal": "batch \d+", "status": "done"', f'"subgoal": "batch {total}", "status": "done"', prompt)
-    window = re.sub(r"batch-\d+: todo → done \(\d+ done, \d+ open\)", f"batch-{total}: todo → done ({total} done, 0 open)", window)
+    window = re.sub(
+        r"batch-\d+: todo → done \(\d+ done, [^)]*\)", f"batch-{total}: todo → done ({total} done, nothing open)", window
+    )
     return {"dashboard: all done": dashboard, "window: last batch": window}
 
 

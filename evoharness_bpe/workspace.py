@@ -164,7 +164,7 @@ class Workspace:
     >>> ws.act("track", {"key": "api.rate_limit", "value": "5 requests/s"}).ok
     True
     >>> ws.act("commit", '{"subgoal": "batch 1", "status": "done"}').content
-    'batch-1: todo → done (1 done, 1 open)'
+    'batch-1: todo → done (1 done, 1 open; next batch-2)'
     >>> ws.act("commit", {"subgoal": "batch 1", "status": "nope"}).ok  # the model reads why
     False
     """
@@ -410,10 +410,18 @@ class Workspace:
             )
         sub, previous = self.state.progress.commit(args.subgoal, args.status, args.note, self.state.step)
         counts = self.state.progress.counts()
-        open_count = counts["todo"] + counts["doing"]
         if previous == args.status:
-            return f"{sub.id} is already {args.status}; nothing changed ({open_count} open)"
-        return f"{sub.id}: {previous} → {args.status} ({counts['done']} done, {open_count} open)"
+            return f"{sub.id} is already {args.status}; nothing changed ({self._next_open()})"
+        return f"{sub.id}: {previous} → {args.status} ({counts['done']} done, {self._next_open()})"
+
+    def _next_open(self) -> str:
+        """How many subgoals are open and which comes next, or that none is."""
+        progress = self.state.progress
+        upcoming = progress.active()
+        if upcoming is None:
+            return "nothing open"
+        counts = progress.counts()
+        return f"{counts['todo'] + counts['doing']} open; next {upcoming.id}"
 
     def _recall(self, args: RecallArgs) -> str:
         hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.consolidation)

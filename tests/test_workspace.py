@@ -63,6 +63,17 @@ def test_commit_lifecycle(ws: Workspace) -> None:
     assert created.ok and "report-invalid-rows" in ws.state.progress.subgoals
 
 
+def test_commit_reply_names_the_next_open_subgoal(ws: Workspace) -> None:
+    first = ws.act("commit", {"subgoal": "batch 1", "status": "done"}).content
+    assert first == "batch-1: todo → done (1 done, 1 open; next batch-2)"
+    ws.act("commit", {"subgoal": "batch 3", "status": "doing"})
+    again = ws.act("commit", {"subgoal": "batch 1", "status": "done"}).content
+    assert again == "batch-1 is already done; nothing changed (2 open; next batch-3)"
+    ws.act("commit", {"subgoal": "batch 3", "status": "done"})
+    last = ws.act("commit", {"subgoal": "batch 2", "status": "blocked", "note": "503"}).content
+    assert last == "batch-2: todo → blocked (2 done, nothing open)"
+
+
 def test_failed_and_blocked_open_exceptions(ws: Workspace) -> None:
     ws.act("commit", {"subgoal": "batch 2", "status": "failed", "note": "503 from target"})
     assert "subgoal:batch-2" in ws.state.progress.exceptions
