@@ -409,19 +409,17 @@ class Workspace:
                 field="subgoal",
             )
         sub, previous = self.state.progress.commit(args.subgoal, args.status, args.note, self.state.step)
-        counts = self.state.progress.counts()
         if previous == args.status:
             return f"{sub.id} is already {args.status}; nothing changed ({self._next_open()})"
-        return f"{sub.id}: {previous} → {args.status} ({counts['done']} done, {self._next_open()})"
+        done = self.state.progress.counts()["done"]
+        return f"{sub.id}: {previous} → {args.status} ({done} done, {self._next_open()})"
 
     def _next_open(self) -> str:
         """How many subgoals are open and which comes next, or that none is."""
-        progress = self.state.progress
-        upcoming = progress.active()
-        if upcoming is None:
+        open_subgoals = self.state.progress.open_subgoals()
+        if not open_subgoals:
             return "nothing open"
-        counts = progress.counts()
-        return f"{counts['todo'] + counts['doing']} open; next {upcoming.id}"
+        return f"{len(open_subgoals)} open; next {open_subgoals[0].id}"
 
     def _recall(self, args: RecallArgs) -> str:
         hits = recall(self.store, self.namespace, args.query, k=args.k, policy=self.consolidation)
