@@ -641,10 +641,18 @@ def _load_trained(base: Any, folder: Path) -> Any:
     if (folder / "adapter_config.json").exists():
         from peft import PeftModel
 
-        return PeftModel.from_pretrained(base, str(folder), is_trainable=True)
+        return _on_accelerator(PeftModel.from_pretrained(base, str(folder), is_trainable=True))
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(folder)
+    return _on_accelerator(AutoModelForCausalLM.from_pretrained(folder))
+
+
+def _on_accelerator(model: Any) -> Any:
+    """`model` on the CUDA device when there is one (the trainers train it there, and every stage's
+    episodes generate there), else where it is."""
+    import torch
+
+    return model.to("cuda") if torch.cuda.is_available() else model
 
 
 def _base_model(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[Any, Any]:
@@ -657,16 +665,17 @@ def _base_model(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[Any, 
         if (out / "raw" / "config.json").exists():
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            return AutoModelForCausalLM.from_pretrained(out / "raw"), AutoTokenizer.from_pretrained(out / "raw")
+            return _on_accelerator(AutoModelForCausalLM.from_pretrained(out / "raw")), AutoTokenizer.from_pretrained(out / "raw")
         train = dataset["train"]
         sample = train.select(range(0, len(train), max(1, len(train) // 300)))
-        return build_student(sample, vocab_size=config.student_vocab, hidden_size=config.student_hidden,
-                             layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
-                             template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
+        student, tokenizer = build_student(sample, vocab_size=config.student_vocab, hidden_size=config.student_hidden,
+                                           layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
+                                           template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
+        return _on_accelerator(student), tokenizer
     model, tokenizer = load_model_and_tokenizer(config.model, dtype="float32")  # fp32 master weights; bf16 by autocast
     if config.chat_template == "compact":  # every difficulty-1 prompt within 1,024 SmolLM2 tokens (docs/benchmarks.md)
         tokenizer.chat_template = student_chat_template()
-    return model, tokenizer
+    return _on_accelerator(model), tokenizer
 
 
 def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False, fork: str | Path | None = None) -> dict[str, Any]:
@@ -705,7 +714,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     stages = config.stage_list()
-    machine = {"precision": precision, "threads": torch.get_num_threads(), "load_at_start": load_average()}
+    machine = {"precision": precision, "threads": torch.get_num_threads(), "load_at_start": load_average(),
+               "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
     log(f"run: {out} ({'resumed' if resume else 'new'}), precision {precision}, {machine['threads']} torch threads, "
         f"load {machine['load_at_start']}")
 

@@ -125,7 +125,8 @@ def _stage_lines(summary: dict[str, Any]) -> list[str]:
     machine = summary.get("machine") or {}
     lines = ["| stage | wall time |", "|---|---|"] + [f"| {stage} | {wall / 60:.1f} min |" for stage, wall in walls.items()]
     if machine:
-        lines += ["", f"Precision {machine.get('precision')}, {machine.get('threads')} torch threads, load average "
+        device = f" on {machine['device']}" if machine.get("device", "cpu") != "cpu" else ""
+        lines += ["", f"Precision {machine.get('precision')}{device}, {machine.get('threads')} torch threads, load average "
                       f"{machine.get('load_at_start')} at the start and {machine.get('load_at_end')} at the end."]
     return lines + [""]
 

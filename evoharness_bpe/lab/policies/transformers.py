@@ -234,8 +234,11 @@ class TransformersPolicy:
         # follow the mask, so every row reads as its prompt alone).
         rests = [list(r[length:]) for r in rows]
         width = length + max(len(r) for r in rests)
-        input_ids = torch.tensor([list(row[:length]) + [pad] * (width - length - len(r)) + r for row, r in zip(rows, rests)], dtype=torch.long)
-        attention = torch.tensor([[1] * length + [0] * (width - length - len(r)) + [1] * len(r) for r in rests], dtype=torch.long)
+        device = self._device()
+        input_ids = torch.tensor([list(row[:length]) + [pad] * (width - length - len(r)) + r for row, r in zip(rows, rests)],
+                                 dtype=torch.long, device=device)
+        attention = torch.tensor([[1] * length + [0] * (width - length - len(r)) + [1] * len(r) for r in rests], dtype=torch.long,
+                                 device=device)
         extra: dict[str, Any] = {}
         prefix = self._prefix_cache(rows, shared, length, groups) if length else None
         if self.static_cache:
@@ -283,11 +286,15 @@ class TransformersPolicy:
             layer.cumulative_length.fill_(keys.shape[2])
         return cache
 
+    def _device(self) -> Any:
+        """Where the model's weights are (and so its inputs go): the CPU, or an accelerator."""
+        return next(self.model.parameters()).device
+
     def _prefix_forward(self, prefix: list[int]) -> Any:
         """The (dynamic) key/value cache of `prefix`, one row."""
         torch = self._torch
         with torch.no_grad():
-            return self.model(torch.tensor([prefix], dtype=torch.long), use_cache=True).past_key_values
+            return self.model(torch.tensor([prefix], dtype=torch.long, device=self._device()), use_cache=True).past_key_values
 
     def _prefix_cache(self, rows: list[list[int]], shared: int, length: int, groups: list[int]) -> Any:
         """The key/value cache of every row's first `length` tokens: the `shared` tokens common to
@@ -300,8 +307,9 @@ class TransformersPolicy:
             if cache is not None:
                 cache.batch_repeat_interleave(len(heads))
             with torch.no_grad():
-                cache = self.model(torch.tensor(heads, dtype=torch.long), past_key_values=cache, use_cache=True).past_key_values
-        cache.batch_select_indices(torch.tensor(groups, dtype=torch.long))
+                cache = self.model(torch.tensor(heads, dtype=torch.long, device=self._device()), past_key_values=cache,
+                                   use_cache=True).past_key_values
+        cache.batch_select_indices(torch.tensor(groups, dtype=torch.long, device=self._device()))
         return cache
 
     def _reply(self, text: str, tools: list[dict[str, Any]]) -> ChatMessage:
