@@ -84,11 +84,26 @@ def _layer_linears(model: Any) -> list[str]:
     return sorted(names)
 
 
+def _own_forward(model: Any) -> None:
+    """Give every module of `model` (a copy) its class's own ``forward`` back.
+
+    Trainers set ``forward`` on the instance: accelerate wraps it in autocast for mixed precision,
+    TRL's fused LM head (GRPO, SFT) replaces it with a closure over the original's bound forward.
+    A deep copy keeps both, so the copy would run the *original* model, in its training precision,
+    against a cache in the copy's. Modules dispatched by accelerate hooks (``_hf_hook``) keep theirs.
+    """
+    for module in model.modules():
+        if "_hf_hook" not in module.__dict__:
+            module.__dict__.pop("forward", None)
+            module.__dict__.pop("_original_forward", None)
+
+
 def inference_copy(model: Any, precision: str) -> Any:
     """A copy of `model` for generation: LoRA merged in, weights in `precision`, eval mode, no gradients."""
     import torch
 
     clone = copy.deepcopy(model)
+    _own_forward(clone)
     if hasattr(clone, "merge_and_unload"):
         clone = clone.merge_and_unload()
     clone = clone.to(torch.bfloat16 if precision == "bf16" else torch.float32)

@@ -48,6 +48,32 @@ def test_inference_copy_is_merged_frozen_and_leaves_the_trained_model_alone(tiny
     assert inference_copy(model, "bf16").dtype == torch.bfloat16
 
 
+def test_inference_copy_runs_its_own_weights_under_the_trainers_forward_patches(tiny_dir) -> None:
+    """GRPO patches the trained model's forward (TRL's fused LM head; accelerate's autocast under
+    mixed precision); a copy must not call back into the model it was copied from."""
+    import torch
+    from accelerate import Accelerator
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from evoharness_bpe_training.speed import inference_copy, lora_config
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    model = get_peft_model(base, lora_config(base, r=4, alpha=8))
+    add_fused_lm_head(model.get_base_model())
+    model = Accelerator(cpu=True).prepare_model(model)
+    model.eval()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    copy = inference_copy(model, "fp32")
+    with torch.no_grad():
+        before = copy(ids).logits.clone()
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter))  # the trained model moves on
+        assert not torch.allclose(model(ids).logits, before, atol=1e-3)
+        assert torch.equal(copy(ids).logits, before)
+
+
 def test_precision_resolves_by_the_machine(monkeypatch) -> None:
     from evoharness_bpe_training import speed
 

@@ -250,11 +250,13 @@ class TransformersPolicy:
         if self.one_line_calls and self.prefill.endswith('"name": "'):  # the reply starts with the tool's name
             names = [{t["function"]["name"] for t in tools} for _, tools in requests]
             criteria.append(_call_shape(self.tokenizer, width, names))
+        # disable_compile: with a static cache on CUDA, generate compiles the forward with CUDA
+        # graphs, whose per-thread state breaks when lockstep episodes ask from worker threads
         with torch.no_grad():
             out = self.model.generate(
                 input_ids, attention_mask=attention, max_new_tokens=self.max_new_tokens, do_sample=sample,
                 **({"temperature": self.temperature} if sample else {}), pad_token_id=pad,
-                stopping_criteria=criteria, **extra,
+                stopping_criteria=criteria, disable_compile=True, **extra,
             )
         replies = []
         for row, (_, tools) in zip(out, requests):
