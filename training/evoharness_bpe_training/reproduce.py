@@ -656,6 +656,12 @@ def _on_accelerator(model: Any) -> Any:
 
 
 def _base_model(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[Any, Any]:
+    """The raw policy (on the accelerator, when there is one) and its tokenizer."""
+    model, tokenizer = _built_or_loaded(config, out, dataset)
+    return _on_accelerator(model), tokenizer
+
+
+def _built_or_loaded(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[Any, Any]:
     """The raw policy and its tokenizer: the student built (once, saved in ``raw/``) or the model loaded."""
     from .grpo import CHAT_TEMPLATE_KWARGS
     from .models import load_model_and_tokenizer
@@ -665,17 +671,16 @@ def _base_model(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[Any, 
         if (out / "raw" / "config.json").exists():
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            return _on_accelerator(AutoModelForCausalLM.from_pretrained(out / "raw")), AutoTokenizer.from_pretrained(out / "raw")
+            return AutoModelForCausalLM.from_pretrained(out / "raw"), AutoTokenizer.from_pretrained(out / "raw")
         train = dataset["train"]
         sample = train.select(range(0, len(train), max(1, len(train) // 300)))
-        student, tokenizer = build_student(sample, vocab_size=config.student_vocab, hidden_size=config.student_hidden,
-                                           layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
-                                           template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
-        return _on_accelerator(student), tokenizer
+        return build_student(sample, vocab_size=config.student_vocab, hidden_size=config.student_hidden,
+                             layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
+                             template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
     model, tokenizer = load_model_and_tokenizer(config.model, dtype="float32")  # fp32 master weights; bf16 by autocast
     if config.chat_template == "compact":  # every difficulty-1 prompt within 1,024 SmolLM2 tokens (docs/benchmarks.md)
         tokenizer.chat_template = student_chat_template()
-    return _on_accelerator(model), tokenizer
+    return model, tokenizer
 
 
 def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False, fork: str | Path | None = None) -> dict[str, Any]:

@@ -240,7 +240,7 @@ class TransformersPolicy:
         attention = torch.tensor([[1] * length + [0] * (width - length - len(r)) + [1] * len(r) for r in rests], dtype=torch.long,
                                  device=device)
         extra: dict[str, Any] = {}
-        prefix = self._prefix_cache(rows, shared, length, groups) if length else None
+        prefix = self._prefix_cache(rows, shared, length, groups, device) if length else None
         if self.static_cache:
             extra["past_key_values"] = self._static_cache(prefix, len(rows), width + self.max_new_tokens)
         elif prefix is not None:
@@ -298,7 +298,7 @@ class TransformersPolicy:
         with torch.no_grad():
             return self.model(torch.tensor([prefix], dtype=torch.long, device=self._device()), use_cache=True).past_key_values
 
-    def _prefix_cache(self, rows: list[list[int]], shared: int, length: int, groups: list[int]) -> Any:
+    def _prefix_cache(self, rows: list[list[int]], shared: int, length: int, groups: list[int], device: Any) -> Any:
         """The key/value cache of every row's first `length` tokens: the `shared` tokens common to
         all rows computed once, then the rest of the `length` once per group (`groups[i]` is row
         i's group, numbered by first appearance)."""
@@ -309,9 +309,9 @@ class TransformersPolicy:
             if cache is not None:
                 cache.batch_repeat_interleave(len(heads))
             with torch.no_grad():
-                cache = self.model(torch.tensor(heads, dtype=torch.long, device=self._device()), past_key_values=cache,
+                cache = self.model(torch.tensor(heads, dtype=torch.long, device=device), past_key_values=cache,
                                    use_cache=True).past_key_values
-        cache.batch_select_indices(torch.tensor(groups, dtype=torch.long, device=self._device()))
+        cache.batch_select_indices(torch.tensor(groups, dtype=torch.long, device=device))
         return cache
 
     def _reply(self, text: str, tools: list[dict[str, Any]]) -> ChatMessage:
