@@ -138,6 +138,9 @@ class ReproduceConfig:
     lam: float = field(default=0.03, metadata={"help": "λ: price of one meta-action call."})
     mu: float = field(default=0.0, metadata={"help": "μ: price of one harness token."})
     invalid_penalty: float = field(default=0.05, metadata={"help": "Price of one invalid action."})
+    charge_on_success_only: bool = field(default=False, metadata={
+        "help": "Charge λ and μ on successful rollouts only: failures then differ by their invalid actions alone, so a "
+                "group that all fails does not teach the policy to fail with fewer meta-actions."})
     use_vllm: bool = field(default=False, metadata={"help": "Generate GRPO samples with vLLM (GPU presets)."})
     precision: str = field(default="auto", metadata={"help": "`auto` (bf16 where the machine computes it natively: a CPU with "
                                                               "avx512_bf16 or AMX, a CUDA device with bf16; fp32 elsewhere), `bf16` or `fp32`. "
@@ -252,7 +255,8 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
-                     "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty", "use_vllm"), "grpo-train"),
+                     "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
+                     "charge_on_success_only", "use_vllm"), "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
 """The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
@@ -497,7 +501,8 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     reward = ContinuationReward(
         make_env=lambda name, level: make_env(name, level),
         config=config.episode_config(),
-        weights=CostWeights(lam=config.lam, mu=config.mu, invalid_penalty=config.invalid_penalty),
+        weights=CostWeights(lam=config.lam, mu=config.mu, invalid_penalty=config.invalid_penalty,
+                            charge_on_success_only=config.charge_on_success_only),
         lockstep=config.lockstep,
         scorer=reference_scorer() if config.reward == "reference" else None,
         continuation_calls=config.grpo_continuation_calls or None,

@@ -132,7 +132,8 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), window=4, dashboard_tokens=120, max_steps=30, grpo_steps=2,
                                    grpo_states_per_step=2, grpo_generations=3, grpo_skip_samples=1, grpo_continuation_calls=2,
-                                   max_new_tokens=16, grpo_lr_schedule="constant", grpo_learning_rate=3e-4)
+                                   max_new_tokens=16, grpo_lr_schedule="constant", grpo_learning_rate=3e-4,
+                                   lam=0.2, charge_on_success_only=True)
     model, tokenizer = build_tiny_model(layers=1, vocab_size=512)
     with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
         writer.write(expert_trace)
@@ -145,6 +146,10 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
     skips = {_name(skip_action(expert_trace, s["position"])) for s in states}
     assert {r["action"] for r in forced} <= skips and all(r["state_called"] in META_ACTIONS for r in forced)
     assert all(r["env_steps"] >= 1 for r in forced)  # each skip was played on, not just scored
+    for r in log:  # --charge-on-success-only: a failure pays for its invalid actions, not for consulting
+        charge = config.lam * r["meta_calls"] + config.mu * r["harness_tokens"] if r["success"] > 0 else 0.0
+        assert r["reward"] == pytest.approx(r["success"] - charge - config.invalid_penalty * r["invalid"])
+    assert any(r["success"] <= 0 and r["meta_calls"] for r in log)  # a failure that consulted, spared its price
     seen = exploration(log)
     assert seen["forced_skips"] == len(forced) and seen["samples"] == len(log) - len(forced)
     rates = [json.loads(line)["learning_rate"] for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()

@@ -118,6 +118,7 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
     saved = asdict(ReproduceConfig())
     assert shared_stages(saved, dict(saved)) == list(STAGES)
     assert shared_stages(saved, {**saved, "lam": 0.1}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
+    assert shared_stages(saved, {**saved, "charge_on_success_only": True}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "lam": 0.1, "grpo_states": "consulting"}) == ["expert", "raw", "sft-train", "sft"]
     assert shared_stages(saved, {**saved, "grpo_eval_difficulties": "2"})[-1] == "grpo-train"
     assert shared_stages(saved, {**saved, "out": "elsewhere", "threads": 1}) == ["expert"]
