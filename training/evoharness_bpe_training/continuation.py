@@ -35,7 +35,7 @@ from evoharness_bpe.lab.policies.transformers import close_call
 from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.lab.runner.lockstep import Lockstep
 
-from .rewards import CostWeights, RolloutCost, cost_aware_score
+from .rewards import CostWeights, RolloutCost, cost_aware_score, lift_failed_skips
 
 __all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "episode_cost", "ContinuationReward", "reply_from_text",
            "reference_scorer"]
@@ -177,6 +177,9 @@ class ContinuationReward:
     continuation_calls: int | None = None
     """Model calls a continuation may make after its action; an episode still running then is cut and
     scores as unfinished (the reference's step budget T_max). None: up to the config's ``max_steps``."""
+    skips_pull_only: bool = False
+    """An injected skip (``forced``) that scores below the rest of its state's group scores their mean
+    (`lift_failed_skips`): guided exploration pulls towards skips that pay, never pushes one down."""
     __name__: str = "continuation_reward"
     _scored: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
@@ -204,17 +207,23 @@ class ContinuationReward:
                 continue
             queued[key] = (self.make_env(env[n], level), json.loads(replies[n]), action, int(seed[n]))
         traces = dict(zip(queued, self._play(list(queued.values()), model), strict=True))
-        rewards, fresh = [], {}
-        for n, key in enumerate(keys):
+        scored, records, fresh = [], [], {}
+        for key in keys:
             if key in traces and key not in fresh:
                 fresh[key] = self._score(key, traces[key], queued[key][2])
                 if self.cache:
                     self._scored[key] = fresh[key]
             reward, record = fresh.get(key) or self._scored[key]
-            rewards.append(reward)
+            scored.append(reward)
+            records.append(record)
+        rewards = scored
+        if self.skips_pull_only and forced is not None:
+            rewards = lift_failed_skips(scored, [key[1:5] for key in keys], forced)  # a group is its state's samples
+        for n, record in enumerate(records):
             # what the recorded policy called in this state: a sample that acts where it consulted explores skipping
             self.log.append({**record, **({"state_called": called[n]} if called is not None else {}),
-                             **({"forced": bool(forced[n])} if forced is not None else {})})
+                             **({"forced": bool(forced[n])} if forced is not None else {}),
+                             **({"reward": rewards[n], "scored": scored[n]} if rewards[n] != scored[n] else {})})
         return rewards
 
     def _score(self, key: tuple[Any, ...], trace: Trace, action: ChatMessage) -> tuple[float, dict[str, Any]]:

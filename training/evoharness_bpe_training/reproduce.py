@@ -141,6 +141,9 @@ class ReproduceConfig:
     charge_on_success_only: bool = field(default=False, metadata={
         "help": "Charge λ and μ on successful rollouts only: failures then differ by their invalid actions alone, so a "
                 "group that all fails does not teach the policy to fail with fewer meta-actions."})
+    grpo_skip_pull_only: bool = field(default=False, metadata={
+        "help": "A skip put in a group (--grpo-skip-samples) that scores below the rest of its group gets the rest's mean "
+                "reward: advantage 0, so a failed skip never pushes its tokens (often the policy's own next action) down."})
     use_vllm: bool = field(default=False, metadata={"help": "Generate GRPO samples with vLLM (GPU presets)."})
     precision: str = field(default="auto", metadata={"help": "`auto` (bf16 where the machine computes it natively: a CPU with "
                                                               "avx512_bf16 or AMX, a CUDA device with bf16; fp32 elsewhere), `bf16` or `fp32`. "
@@ -256,7 +259,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
                      "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
-                     "charge_on_success_only", "use_vllm"), "grpo-train"),
+                     "charge_on_success_only", "grpo_skip_pull_only", "use_vllm"), "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
 """The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
@@ -484,21 +487,15 @@ class _SnapshotPolicy:
         return self.current().count_prompt_tokens(messages, tools)
 
 
-def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: ReproduceConfig, out: Path, precision: str, log: Any):
-    """Step-level cost-aware GRPO on `states`; returns the trained model and the reward log."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
+def continuation_reward(config: ReproduceConfig) -> Any:
+    """GRPO's reward function for `config`: each sampled action's episode played on and scored
+    (`ContinuationReward` with the run's prices, scorer, step budget and skip handling)."""
     from evoharness_bpe.lab.envs import make_env
 
-    from .callbacks import MetricsFileCallback
     from .continuation import ContinuationReward, reference_scorer
-    from .exploration import SkipExploration
     from .rewards import CostWeights
-    from .sft import quiet_trainer
-    from .speed import score_trained_positions_only
 
-    reward = ContinuationReward(
+    return ContinuationReward(
         make_env=lambda name, level: make_env(name, level),
         config=config.episode_config(),
         weights=CostWeights(lam=config.lam, mu=config.mu, invalid_penalty=config.invalid_penalty,
@@ -506,7 +503,21 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         lockstep=config.lockstep,
         scorer=reference_scorer() if config.reward == "reference" else None,
         continuation_calls=config.grpo_continuation_calls or None,
+        skips_pull_only=config.grpo_skip_pull_only,
     )
+
+
+def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: ReproduceConfig, out: Path, precision: str, log: Any):
+    """Step-level cost-aware GRPO on `states`; returns the trained model and the reward log."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from .callbacks import MetricsFileCallback
+    from .exploration import SkipExploration
+    from .sft import quiet_trainer
+    from .speed import score_trained_positions_only
+
+    reward = continuation_reward(config)
     batch = config.grpo_states_per_step * config.grpo_generations
     args = GRPOConfig(
         output_dir=str(out / "grpo"),

@@ -18,7 +18,8 @@ from evoharness_bpe import META_ACTIONS
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.text import approx_tokens
 
-__all__ = ["CostWeights", "RolloutCost", "cost_aware_score", "rollout_cost_from_messages", "cost_aware_reward", "make_cost_aware_reward"]
+__all__ = ["CostWeights", "RolloutCost", "cost_aware_score", "rollout_cost_from_messages", "cost_aware_reward", "make_cost_aware_reward",
+           "lift_failed_skips"]
 
 
 @dataclass(frozen=True)
@@ -152,3 +153,33 @@ def make_cost_aware_reward(weights: CostWeights, *, on_rollouts: Callable[[list[
 
     reward.__name__ = "cost_aware_reward"
     return reward
+
+
+def lift_failed_skips(rewards: Sequence[float], groups: Sequence[Any], forced: Sequence[bool]) -> list[float]:
+    """`rewards` where every injected (`forced`) sample that scored below the rest of its group
+    scores the rest's mean instead: its group-normalised advantage is then 0, never negative.
+
+    An injected skip was not drawn from the policy: pushing its tokens down teaches nothing about
+    the policy's own choice and can damage the same tokens elsewhere (a skipped opening ``recall``
+    lands on the plan's first ``commit``, the policy's very next action). `groups` names each
+    sample's group (its state); a skip that scores above the group's mean still pulls.
+    """
+    if not len(rewards) == len(groups) == len(forced):
+        raise UserError(f"lift_failed_skips takes one group and one forced flag per reward, got {len(rewards)}, "
+                        f"{len(groups)} and {len(forced)}")
+    lifted = [float(r) for r in rewards]
+    members: dict[Any, list[int]] = {}
+    for n, group in enumerate(groups):
+        members.setdefault(group, []).append(n)
+    for indices in members.values():
+        raised: set[int] = set()
+        while True:  # the level rises as low skips leave the rest, so look again until none is below it
+            rest = [n for n in indices if n not in raised]
+            level = sum(lifted[n] for n in rest) / len(rest)
+            below = {n for n in rest if forced[n] and lifted[n] < level}
+            if not below:
+                break
+            raised |= below
+        for n in raised:
+            lifted[n] = level
+    return lifted

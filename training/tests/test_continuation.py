@@ -221,3 +221,31 @@ def test_the_log_says_what_the_state_called_and_exploration_counts_the_skips(exp
     seen = exploration(reward.log)
     assert seen == {"samples": 3, "meta": 1, "skips": 1, "successful_skips": 0}  # finishing early fails the migration
     assert exploration([{**r, "state_called": "fetch_page"} for r in reward.log]) is None
+
+
+def test_a_failed_skip_scores_its_group_mean_and_a_paying_one_keeps_its_reward(expert_trace) -> None:
+    """`skips_pull_only`: the injected skip that did worse than the rest of its state's group gets
+    the rest's mean (advantage 0); one that did as well keeps its reward, in its own group."""
+    replies = [c.response for c in expert_trace.model_calls]
+    rows = state_rows([expert_trace], lambda m, t: "")
+    first, second = rows[2], rows[3]
+    good = _call_text(replies[2]["tool_calls"][0]["function"])
+    texts = [good, "no call at all", good, "no call at all", "no call at all", "no call at all"]
+    forced = [False, False, True, True, False, True]
+    group = [first] * 4 + [second] * 2
+    scores = {}
+    for pull_only in (False, True):
+        reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG, skips_pull_only=pull_only)
+        reward.policy = _StatelessExpert()
+        scores[pull_only] = reward([r["prompt"] for r in group], texts, seed=[r["seed"] for r in group], difficulty=[1] * 6,
+                                   replies=[r["replies"] for r in group], env=[r["env"] for r in group], forced=forced)
+    played = scores[False]
+    good_score, bad_score = played[0], played[1]
+    assert played[2] == good_score and played[3] == bad_score and good_score > bad_score
+    lifted = scores[True]
+    level = (good_score + bad_score + good_score) / 3  # the rest of the first group without the failed skip
+    assert lifted[:3] == played[:3] and lifted[3] == pytest.approx(level)
+    assert sum(lifted[:4]) / 4 == pytest.approx(lifted[3])  # its group-normalised advantage is 0
+    assert lifted[4:] == played[4:] and played[4] == played[5]  # the second state's skip is not below the rest of its group
+    assert reward.log[3]["reward"] == pytest.approx(level) and reward.log[3]["scored"] == bad_score
+    assert "scored" not in reward.log[0]

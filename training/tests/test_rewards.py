@@ -127,3 +127,19 @@ def test_logged_metrics_are_batch_means() -> None:
     cost_aware_reward(rollouts, success=[1, 0], log_metric=logged.__setitem__)
     assert logged["harness/meta_calls"] == 2 and logged["harness/track"] == 2 and logged["harness/commit"] == 0
     assert logged["harness/success"] == 0.5 and logged["harness/invalid"] == 0 and logged["harness/tokens"] > 0
+
+
+def test_lift_failed_skips_by_hand() -> None:
+    from evoharness_bpe_training.rewards import lift_failed_skips
+
+    rewards = [1.0, 1.0, 0.0, 0.5, 0.2, 0.9]
+    groups = ["a", "a", "a", "b", "b", "b"]
+    forced = [False, False, True, False, True, True]
+    # a: the skip (0.0) is below the rest's mean 1.0; b: 0.2 below the group's mean 0.533, the rest (0.5, 0.9) average 0.7
+    assert lift_failed_skips(rewards, groups, forced) == pytest.approx([1.0, 1.0, 1.0, 0.5, 0.7, 0.9])
+    assert lift_failed_skips(rewards, groups, [False] * 6) == rewards  # sampled actions are never lifted
+    assert lift_failed_skips([0.3, 0.1], ["a", "a"], [True, True]) == pytest.approx([0.3, 0.3])
+    # lifting the lowest skip raises the level (0.4875 → 0.65), which leaves the second one (0.5) below it
+    assert lift_failed_skips([0.0, 0.5, 0.45, 1.0], ["g"] * 4, [True, True, False, False]) == pytest.approx([0.725, 0.725, 0.45, 1.0])
+    with pytest.raises(UserError, match="one group and one forced flag per reward"):
+        lift_failed_skips([1.0], ["a", "b"], [False])
