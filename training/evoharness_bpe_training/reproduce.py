@@ -43,13 +43,16 @@ from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evoharness_bpe.actions import META_ACTIONS
 from evoharness_bpe.exceptions import UserError
 
+if TYPE_CHECKING:
+    from .continuation import ContinuationReward
+
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
-           "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "register", "PRESETS", "STAGES"]
+           "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "continuation_reward", "register", "PRESETS", "STAGES"]
 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
@@ -487,7 +490,7 @@ class _SnapshotPolicy:
         return self.current().count_prompt_tokens(messages, tools)
 
 
-def continuation_reward(config: ReproduceConfig) -> Any:
+def continuation_reward(config: ReproduceConfig) -> ContinuationReward:
     """GRPO's reward function for `config`: each sampled action's episode played on and scored
     (`ContinuationReward` with the run's prices, scorer, step budget and skip handling)."""
     from evoharness_bpe.lab.envs import make_env

@@ -129,7 +129,6 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
     assert shared_stages(older, {**saved, "expert_skip_rate": 0.3}) == []
 
 
-@pytest.mark.slow
 def test_grpo_reward_takes_the_runs_prices_budget_and_skip_handling(tmp_path: Path) -> None:
     from evoharness_bpe_training.continuation import ContinuationReward
     from evoharness_bpe_training.reproduce import continuation_reward, load_reproduce_preset
@@ -145,6 +144,7 @@ def test_grpo_reward_takes_the_runs_prices_budget_and_skip_handling(tmp_path: Pa
     assert not default.skips_pull_only and default.scorer is not None and default.continuation_calls is None
 
 
+@pytest.mark.slow
 def test_a_fork_reuses_the_stages_its_changes_leave_alone(interrupted, tmp_path: Path) -> None:
     from dataclasses import replace
 
