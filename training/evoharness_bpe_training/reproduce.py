@@ -57,7 +57,7 @@ __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_c
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
 """Held-out seeds start here; training seeds start at 0."""
-_CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "qwen3"), "sft_loss": ("completion", "full"),
+_CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "compact-tools-first", "qwen3"), "sft_loss": ("completion", "full"),
                                         "grpo_states": ("all", "consulting"), "grpo_lr_schedule": ("linear", "constant"),
                                         "reward": ("cost", "reference")}
 
@@ -90,8 +90,10 @@ class ReproduceConfig:
                                                                 "a policy that lost the format rarely finds it again)."})
     max_new_tokens: int = field(default=160, metadata={"help": "Tokens per reply."})
     model: str = field(default="student", metadata={"help": "`student` (trained from scratch) or a local model folder."})
-    chat_template: str = field(default="compact", metadata={"help": "`compact` (a signature line per tool, as the student's) or `qwen3` "
-                                                                        "(JSON tool specs) for a local model; the student always uses `compact`."})
+    chat_template: str = field(default="compact", metadata={"help": "`compact` (a signature line per tool, as the student's), "
+                                                                        "`compact-tools-first` (the same, the tool section ahead of the system "
+                                                                        "text and dashboard: episodes share it as their prompt's prefix) or "
+                                                                        "`qwen3` (JSON tool specs) for a local model; the student always uses `compact`."})
     student_hidden: int = field(default=128, metadata={"help": "Student hidden size."})
     student_layers: int = field(default=4, metadata={"help": "Student layers."})
     student_vocab: int = field(default=2048, metadata={"help": "Student BPE vocabulary size."})
@@ -697,8 +699,8 @@ def _built_or_loaded(config: ReproduceConfig, out: Path, dataset: Any) -> tuple[
                              layers=config.student_layers, seed=config.seed, out_dir=out / "raw",
                              template_kwargs=CHAT_TEMPLATE_KWARGS, id_rows=train)
     model, tokenizer = load_model_and_tokenizer(config.model, dtype="float32")  # fp32 master weights; bf16 by autocast
-    if config.chat_template == "compact":  # every difficulty-1 prompt within 1,024 SmolLM2 tokens (docs/benchmarks.md)
-        tokenizer.chat_template = student_chat_template()
+    if config.chat_template.startswith("compact"):  # every difficulty-1 prompt within 1,024 SmolLM2 tokens (docs/benchmarks.md)
+        tokenizer.chat_template = student_chat_template(tools_first=config.chat_template == "compact-tools-first")
     return model, tokenizer
 
 

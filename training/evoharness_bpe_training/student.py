@@ -23,9 +23,15 @@ from .tiny import build_tiny_tokenizer, qwen3_model_for, save_model
 __all__ = ["student_chat_template", "render_rows", "id_atoms", "build_student"]
 
 
-def student_chat_template() -> str:
-    """The student's chat template (`templates/student.jinja`)."""
-    return resources.files("evoharness_bpe_training").joinpath("templates/student.jinja").read_text("utf-8")
+def student_chat_template(*, tools_first: bool = False) -> str:
+    """The student's chat template (`templates/student.jinja`).
+
+    With `tools_first`, the system turn opens with the tool section and the system text (the
+    instructions, then the dashboard) follows it, so every prompt shares the tool section as
+    its prefix: computed once per batch of episodes instead of once per episode.
+    """
+    template = resources.files("evoharness_bpe_training").joinpath("templates/student.jinja").read_text("utf-8")
+    return "{%- set tools_first = true %}\n" + template if tools_first else template
 
 
 def render_rows(rows: Iterable[dict[str, Any]], tokenizer: Any, **template_kwargs: Any) -> list[str]:

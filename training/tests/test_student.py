@@ -39,6 +39,31 @@ def test_student_template_renders_calls_that_parse_back_and_keeps_prefixes(rows)
     assert '"parameters"' not in prompt
 
 
+def test_tools_first_layout_puts_the_dashboard_after_the_tools_and_lengthens_the_shared_prefix(rows) -> None:
+    import os
+
+    from evoharness_bpe_training.student import student_chat_template
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(512, chat_template=student_chat_template())
+    tools = json.loads(rows[0]["tools"])
+    prompts = [r["prompt"] for r in rows[2:6]]  # other dashboards, other windows
+    assert len({p[0]["content"] for p in prompts}) > 1
+
+    def shared_and_texts(tools_first: bool) -> tuple[int, list[str]]:
+        tokenizer.chat_template = student_chat_template(tools_first=tools_first)
+        texts = [tokenizer.apply_chat_template(p, tools=tools, add_generation_prompt=True, tokenize=False, **CHAT_TEMPLATE_KWARGS)
+                 for p in prompts]
+        return len(os.path.commonprefix([tokenizer(t)["input_ids"] for t in texts])), texts
+
+    (behind, usual), (ahead, first) = shared_and_texts(False), shared_and_texts(True)
+    system = prompts[0][0]["content"]
+    assert usual[0].index(system) < usual[0].index("# Tools")
+    assert first[0].startswith("<|im_start|>system\n# Tools\n") and first[0].index("</tool_call>\n\n" + system) > 0
+    assert sorted(usual[0]) == sorted(first[0])  # the same text, in another order
+    assert ahead > behind + 100  # the tool section joins the prefix every prompt shares
+
+
 def test_fitted_vocabulary_makes_rows_shorter_than_a_generic_one(rows) -> None:
     from evoharness_bpe_training.tiny import build_tiny_tokenizer
 
