@@ -94,3 +94,27 @@ def test_the_prefix_plan_computes_the_fewest_tokens() -> None:
     assert _prefix_plan([a, b], 4) == (10, 10, [0, 0])  # no pair: the common prefix only
     assert _prefix_plan([a, b], 11) == (0, 0, [0, 0])  # under the minimum: no sharing
     assert _prefix_plan([a, a], 0) == (0, 0, [0, 0])
+
+
+def test_the_kept_prefix_serves_the_next_prompts_until_the_weights_change(tiny_dir, requests) -> None:
+    import torch
+
+    from evoharness_bpe.lab.policies import TransformersPolicy
+
+    kept = _policy(tiny_dir)
+    fresh = _policy(tiny_dir, keep_prefix=False)
+    replies = [kept.complete(m, t) for m, t in requests]
+    assert kept.reused_prefix_tokens >= 64 * (len(requests) - 1)  # the system text and tool section, from the last call
+    assert [r.get("content") for r in replies] == [fresh.complete(m, t).get("content") for m, t in requests]
+    assert fresh.reused_prefix_tokens == 0
+    before = kept.reused_prefix_tokens
+    kept.complete_batch(requests[:2])
+    reused = kept.reused_prefix_tokens
+    assert reused > before  # a batch takes its common prefix from the last call too
+    with torch.no_grad():  # as an optimizer step changes them: in place
+        for p in kept.model.parameters():
+            p.mul_(1.5)
+    after = kept.complete(*requests[1])
+    assert kept.reused_prefix_tokens == reused  # nothing taken from the keys and values of the old weights
+    unkept = TransformersPolicy(kept.model, tokenizer=kept.tokenizer, native_tools=True, max_new_tokens=24, keep_prefix=False)
+    assert after.get("content") == unkept.complete(*requests[1]).get("content")

@@ -137,14 +137,17 @@ class TransformersPolicy:
     longer prefix once per group (`_prefix_plan`; 0: every row prefills its whole prompt). With
     `static_cache` the key/value cache is allocated once per `generate` at its final length and
     written in place (False: grown by concatenation at every token, which on a CPU copies the
-    whole cache each step).
+    whole cache each step). With `keep_prefix` (and `share_prefix` above 0) the keys and values of
+    the last shared prefix are kept, and the next call takes the part its prompt repeats from
+    them (the tool section, the instructions: a single prompt too), as long as the model's
+    weights have not changed in place since.
     """
 
     def __init__(self, model: Any = None, *, tokenizer: Any = None, gguf_file: str | None = None, max_new_tokens: int = 96,
                  temperature: float = 0.0, seed: int = 0, max_prompt_tokens: int = 6000,
                  prefill: str = '<tool_call>\n{"name": "', threads: int | None = None, native_tools: bool = False,
                  chat_template_kwargs: dict[str, Any] | None = None, one_line_calls: bool = False,
-                 share_prefix: int = 64, static_cache: bool = True) -> None:
+                 share_prefix: int = 64, static_cache: bool = True, keep_prefix: bool = True) -> None:
         try:
             import torch  # noqa: PLC0415
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
@@ -160,6 +163,10 @@ class TransformersPolicy:
         self.one_line_calls = one_line_calls
         self.share_prefix = share_prefix
         self.static_cache = static_cache
+        self.keep_prefix = keep_prefix
+        self.reused_prefix_tokens = 0
+        """Prompt tokens whose keys and values came from the kept prefix instead of a forward pass."""
+        self._kept: tuple[list[int], list[tuple[Any, Any]], tuple[int, ...]] | None = None
         self._stop_criteria: dict[tuple[str, ...], Any] = {}
         self.prompt_tokens: list[int] = []
         self._calls = 0
@@ -229,6 +236,9 @@ class TransformersPolicy:
         self.prompt_tokens.extend(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         shared, length, groups = _prefix_plan(rows, self.share_prefix)
+        if not length and self.keep_prefix and self.share_prefix > 0:  # one prompt, or prompts that share little
+            shared = length = _shared_prefix_length(rows)
+            groups = [0] * len(rows)
         # Each row: its first `length` tokens (computed once per group of rows that share them),
         # then left padding, then the rest of its prompt (the padding is masked out and positions
         # follow the mask, so every row reads as its prompt alone).
@@ -292,11 +302,32 @@ class TransformersPolicy:
         """Where the model's weights are (and so its inputs go): the CPU, or an accelerator."""
         return next(self.model.parameters()).device
 
+    def _weights_version(self) -> tuple[int, ...]:
+        """Each parameter's in-place modification count: it changes when an optimizer steps."""
+        return tuple(p._version for p in self.model.parameters())
+
     def _prefix_forward(self, prefix: list[int]) -> Any:
-        """The (dynamic) key/value cache of `prefix`, one row."""
+        """The (dynamic) key/value cache of `prefix`, one row: the part the kept prefix shares with
+        it taken from there (`keep_prefix`), the rest computed; then kept for the next call."""
+        from transformers import DynamicCache  # noqa: PLC0415
+
         torch = self._torch
-        with torch.no_grad():
-            return self.model(torch.tensor([prefix], dtype=torch.long, device=self._device()), use_cache=True).past_key_values
+        version = self._weights_version() if self.keep_prefix else ()
+        reused = 0
+        if self._kept is not None and self._kept[2] == version:
+            reused = len(os.path.commonprefix([self._kept[0], prefix]))
+        cache = DynamicCache(config=self.model.config) if reused else None
+        if reused:
+            for layer, (keys, values) in enumerate(self._kept[1]):
+                cache.update(keys[..., :reused, :], values[..., :reused, :], layer)
+        if reused < len(prefix):
+            with torch.no_grad():
+                cache = self.model(torch.tensor([prefix[reused:]], dtype=torch.long, device=self._device()),
+                                   past_key_values=cache, use_cache=True).past_key_values
+        self.reused_prefix_tokens += reused
+        if self.keep_prefix:  # the cache's tensors are replaced, never written in place, as generation goes on
+            self._kept = (list(prefix), [(layer.keys, layer.values) for layer in cache.layers], version)
+        return cache
 
     def _prefix_cache(self, rows: list[list[int]], shared: int, length: int, groups: list[int], device: Any) -> Any:
         """The key/value cache of every row's first `length` tokens: the `shared` tokens common to
