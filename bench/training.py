@@ -3,6 +3,7 @@ where SmolLM2-135M's time goes on a CPU.
 
     python bench/training.py            # 1 and 2 (seconds)
     python bench/training.py --speed    # 3: the reproduction's old path and its new one (a few minutes)
+    python bench/training.py --prefix   # 4: the prompt layout and the kept prefix (a few minutes)
 
 1. `traces_to_sft_dataset` on 200 episodes of 10 model calls, against the baseline of
    serialising the same traces to JSON (the least any export must do).
@@ -13,6 +14,10 @@ where SmolLM2-135M's time goes on a CPU.
    layers, bf16 autocast where the CPU has it), the same step through TRL's fused LM head with
    every position scored and with the reply's only, and held-out replies one after another in
    fp32 against 10 prompts in one batched generation from a bf16 copy; printed side by side as ratios.
+4. Held-out prompts of ten episodes at different points, under the compact template and under
+   `compact-tools-first` (the tool section ahead of the system text and dashboard), in one batch
+   and one at a time, each with and without the prefix kept from the call before
+   (`TransformersPolicy(keep_prefix=)`): seconds per reply against the compact layout without it.
 """
 
 from __future__ import annotations
@@ -256,7 +261,57 @@ def speed() -> None:
           f"{new_reply:.2f} | {new_tokens / new_reply:.1f} | {new_reply / old_reply:.2f} |")
 
 
+def prefix_reuse() -> None:
+    """4: the tool section as the shared prefix, and the prefix kept from one call to the next."""
+    import os
+
+    import torch
+
+    from evoharness_bpe.lab.envs import make_env
+    from evoharness_bpe.lab.frameworks import EpisodeConfig
+    from evoharness_bpe.lab.policies import ExpertPolicy, TransformersPolicy
+    from evoharness_bpe.lab.runner.core import run_episode
+    from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
+    from evoharness_bpe_training.models import load_model_and_tokenizer
+    from evoharness_bpe_training.student import student_chat_template
+
+    model, tokenizer = load_model_and_tokenizer("smollm2-135m", dtype="float32")
+    config = EpisodeConfig(harness="bpe", window=4, dashboard_tokens=160, spec_style="compact", system_prompt="Call exactly one tool per reply.")
+    prompts = []
+    for s in range(10):  # one call of each episode, at different points: as a round of lockstep episodes
+        env = make_env("crm-migration", 1)
+        trace = run_episode(env, ExpertPolicy(env), None, config.model_copy(update={"seed": 10_000 + s}))
+        prompts.append((trace.model_calls[(3 * s) % len(trace.model_calls)].messages, trace.tools))
+    print(f"machine: {torch.get_num_threads()} torch threads, load {os.getloadavg()[0]:.1f}; fp32; 10 prompts, replies of up to 40 tokens")
+    kwargs = dict(tokenizer=tokenizer, native_tools=True, chat_template_kwargs=CHAT_TEMPLATE_KWARGS, max_new_tokens=40, one_line_calls=True)
+    figures: dict[tuple[str, str, bool], float] = {}
+    replies: dict[tuple[str, bool], list[Any]] = {}
+    for layout in ("compact", "compact-tools-first"):
+        tokenizer.chat_template = student_chat_template(tools_first=layout == "compact-tools-first")
+        for keep in (False, True):
+            policy = TransformersPolicy(model, keep_prefix=keep, **kwargs)
+            policy.complete_batch(prompts[:2])  # warm-up; with `keep`, the prefix a call before left
+            start = time.perf_counter()
+            batch = policy.complete_batch(prompts)
+            figures[layout, "batch", keep] = (time.perf_counter() - start) / len(prompts)
+            start = time.perf_counter()
+            alone = [policy.complete(m, t) for m, t in prompts[:5]]
+            figures[layout, "alone", keep] = (time.perf_counter() - start) / 5
+            replies[layout, keep] = [r.get("tool_calls") or r.get("content") for r in batch[:5] + alone]
+        assert replies[layout, True] == replies[layout, False], "the kept prefix changed a reply"
+    print("\n| prompt layout | kept prefix | 10 in one batch, s per reply | vs compact | one at a time, s per reply | vs compact |\n|---|---|---|---|---|---|")
+    for layout, keep in (("compact", False), ("compact", True), ("compact-tools-first", False), ("compact-tools-first", True)):
+        batch, alone = figures[layout, "batch", keep], figures[layout, "alone", keep]
+        print(f"| {layout} | {'yes' if keep else 'no'} | {batch:.2f} | {batch / figures['compact', 'batch', False]:.2f} | "
+              f"{alone:.2f} | {alone / figures['compact', 'alone', False]:.2f} |")
+
+
 if __name__ == "__main__":
     import sys
 
-    speed() if "--speed" in sys.argv[1:] else main()
+    if "--speed" in sys.argv[1:]:
+        speed()
+    elif "--prefix" in sys.argv[1:]:
+        prefix_reuse()
+    else:
+        main()
