@@ -32,3 +32,17 @@ def test_a_local_model_trains_top_layer_lora_through_every_stage(tiny_dir: Path,
         assert card["episode"]["max_invalid_run"] == 2
     assert summary["config"]["lora_layers"] == 1
     assert (out / "grpo" / "rewards.jsonl").read_text("utf-8").strip(), "GRPO scored no continuation"
+
+
+@pytest.mark.parametrize("layout", ["compact", "compact-tools-first"])
+def test_the_chat_template_setting_chooses_the_prompt_layout(tiny_dir: Path, tmp_path: Path, layout: str) -> None:
+    from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
+    from evoharness_bpe_training.reproduce import _built_or_loaded, load_reproduce_preset
+
+    config = load_reproduce_preset("tiny", out=str(tmp_path), model=str(tiny_dir), chat_template=layout)
+    _, tokenizer = _built_or_loaded(config, tmp_path, None)
+    tools = [{"type": "function", "function": {"name": "finish", "description": "End.", "parameters": {"type": "object", "properties": {}}}}]
+    text = tokenizer.apply_chat_template([{"role": "system", "content": "DASHBOARD"}, {"role": "user", "content": "go"}], tools=tools,
+                                         tokenize=False, **CHAT_TEMPLATE_KWARGS)
+    assert "finish() End." in text  # the compact tool section either way
+    assert (text.index("# Tools") < text.index("DASHBOARD")) == (layout == "compact-tools-first")
