@@ -286,6 +286,7 @@ def prefix_reuse() -> None:
     kwargs = dict(tokenizer=tokenizer, native_tools=True, chat_template_kwargs=CHAT_TEMPLATE_KWARGS, max_new_tokens=40, one_line_calls=True)
     figures: dict[tuple[str, str, bool], float] = {}
     replies: dict[tuple[str, bool], list[Any]] = {}
+    lengths: dict[str, float] = {}
     for layout in ("compact", "compact-tools-first"):
         tokenizer.chat_template = student_chat_template(tools_first=layout == "compact-tools-first")
         for keep in (False, True):
@@ -298,11 +299,13 @@ def prefix_reuse() -> None:
             alone = [policy.complete(m, t) for m, t in prompts[:5]]
             figures[layout, "alone", keep] = (time.perf_counter() - start) / 5
             replies[layout, keep] = [r.get("tool_calls") or r.get("content") for r in batch[:5] + alone]
+            lengths[layout] = statistics.mean(len(tokenizer(str(r))["input_ids"]) for r in batch)
         assert replies[layout, True] == replies[layout, False], "the kept prefix changed a reply"
-    print("\n| prompt layout | kept prefix | 10 in one batch, s per reply | vs compact | one at a time, s per reply | vs compact |\n|---|---|---|---|---|---|")
+    print("\n| prompt layout (reply tokens, mean) | kept prefix | 10 in one batch, s per reply | vs compact | one at a time, s per reply | vs compact |"
+          "\n|---|---|---|---|---|---|")
     for layout, keep in (("compact", False), ("compact", True), ("compact-tools-first", False), ("compact-tools-first", True)):
         batch, alone = figures[layout, "batch", keep], figures[layout, "alone", keep]
-        print(f"| {layout} | {'yes' if keep else 'no'} | {batch:.2f} | {batch / figures['compact', 'batch', False]:.2f} | "
+        print(f"| {layout} ({lengths[layout]:.0f}) | {'yes' if keep else 'no'} | {batch:.2f} | {batch / figures['compact', 'batch', False]:.2f} | "
               f"{alone:.2f} | {alone / figures['compact', 'alone', False]:.2f} |")
 
 
