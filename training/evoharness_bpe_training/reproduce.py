@@ -269,22 +269,29 @@ _FIRST_AFFECTED: dict[str, str | None] = {
 }
 """The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
 
+_EVALUATIONS_ONLY: tuple[str, ...] = ("eval_episodes",)
+"""Settings that change only the evaluation stages (raw, sft, grpo): no model and no GRPO state depends on them."""
+_EVALUATION_STAGES: tuple[str, ...] = ("raw", "sft", "grpo")
+
 
 _FORK_OR_RESUME = "--fork starts a new run from another's stages; --resume continues a run: pass one of them"
 
 
 def shared_stages(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The stages (in order) whose outputs a run with `wanted` settings can take from a run made with `saved`:
-    those before the first stage any differing setting changes. A setting one side lacks (added
-    since that run was made) counts at its default."""
+    those no differing setting changes (a setting changes the stages from its first one on, an
+    evaluation-only setting the evaluations alone). A setting one side lacks (added since that run
+    was made) counts at its default."""
     defaults = _field_defaults()
-    first = len(STAGES)
+    changed: set[str] = set()
     for name in set(saved) | set(wanted):
-        if saved.get(name, defaults.get(name)) != wanted.get(name, defaults.get(name)):
-            stage = _FIRST_AFFECTED.get(name, STAGES[0])
-            if stage is not None:
-                first = min(first, STAGES.index(stage))
-    return list(STAGES[:first])
+        if saved.get(name, defaults.get(name)) == wanted.get(name, defaults.get(name)):
+            continue
+        if name in _EVALUATIONS_ONLY:
+            changed.update(_EVALUATION_STAGES)
+        elif (stage := _FIRST_AFFECTED.get(name, STAGES[0])) is not None:
+            changed.update(STAGES[STAGES.index(stage):])
+    return [stage for stage in STAGES if stage not in changed]
 
 
 def _policy(model: Any, tokenizer: Any, config: ReproduceConfig, *, temperature: float = 0.0):

@@ -124,6 +124,9 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
     assert shared_stages(saved, {**saved, "grpo_eval_difficulties": "2"})[-1] == "grpo-train"
     assert shared_stages(saved, {**saved, "out": "elsewhere", "threads": 1}) == ["expert"]
     assert shared_stages(saved, {**saved, "sft_epochs": 9.0}) == []  # a setting not listed changes every stage
+    # more held-out seeds re-evaluate every stage's model and retrain nothing
+    assert shared_stages(saved, {**saved, "eval_episodes": 20}) == ["expert", "sft-train", "grpo-states", "grpo-train"]
+    assert shared_stages(saved, {**saved, "eval_episodes": 20, "lam": 0.1}) == ["expert", "sft-train", "grpo-states"]
     older = {k: v for k, v in saved.items() if k != "expert_skip_rate"}  # a run made before the setting existed
     assert shared_stages(older, saved) == list(STAGES)
     assert shared_stages(older, {**saved, "expert_skip_rate": 0.3}) == []
@@ -165,6 +168,29 @@ def test_a_fork_reuses_the_stages_its_changes_leave_alone(interrupted, tmp_path:
     assert [r["stage"] for r in summary["results"]] == ["raw", "sft", "grpo"]
     with pytest.raises(UserError, match="pass one of them"):
         reproduce(config, fork=source, resume=True)
+
+
+@pytest.mark.slow
+def test_a_fork_with_more_held_out_seeds_evaluates_the_sources_models_again(interrupted, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from evoharness_bpe import read_traces
+    from evoharness_bpe_training.reproduce import resume_config, reproduce
+
+    source = interrupted[0]
+    config = replace(resume_config(source), out=str(tmp_path / "wider"), eval_episodes=resume_config(source).eval_episodes + 1)
+    lines: list[str] = []
+    summary = reproduce(config, log=lines.append, fork=source)
+    wider = tmp_path / "wider"
+    assert lines[0] == f"fork: expert, sft-train, grpo-states, grpo-train taken from {source}"
+    for result in summary["results"]:
+        stage = result["stage"]
+        assert "copied_from" not in json.loads((wider / "stages" / f"{stage}.json").read_text())
+        assert {level["episodes"] for level in result["levels"].values()} == {config.eval_episodes}
+        assert len(list(read_traces(wider / f"eval-{stage}.jsonl"))) == config.eval_episodes * len(result["levels"])
+    grpo = "grpo/model/model.safetensors"
+    assert (wider / grpo).read_bytes() == (source / grpo).read_bytes()  # evaluated, not trained again
+    assert [r["stage"] for r in summary["results"]] == ["raw", "sft", "grpo"]
 
 
 @pytest.mark.slow
