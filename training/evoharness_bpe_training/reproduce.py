@@ -52,14 +52,14 @@ if TYPE_CHECKING:
     from .continuation import ContinuationReward
 
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
-           "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "continuation_reward", "register", "PRESETS", "STAGES"]
+           "shared_stages", "STAGE_OUTPUTS", "grpo_arguments", "write_adapter_card", "continuation_reward", "register", "PRESETS", "STAGES"]
 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
 """Held-out seeds start here; training seeds start at 0."""
 _CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "compact-tools-first", "qwen3"), "sft_loss": ("completion", "full"),
                                         "grpo_states": ("all", "consulting"), "grpo_lr_schedule": ("linear", "constant"),
-                                        "reward": ("cost", "reference")}
+                                        "reward": ("cost", "reference"), "grpo_scale_rewards": ("group", "batch", "none")}
 
 
 @dataclass
@@ -135,6 +135,10 @@ class ReproduceConfig:
                 "trains on these meta-actions' states only (where every sample consults alike, a group has no "
                 "advantage to learn from)."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
+    grpo_scale_rewards: str = field(default="group", metadata={
+        "help": "What divides a sample's advantage (its reward minus its group's mean): `group`, the group's standard "
+                "deviation (GRPO's; a group that all succeeds teaches a saving of λ as hard as a failure); `batch`, the "
+                "step's (a saving counts as its size against a failure's); `none`."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
     reward: str = field(default="cost", metadata={"help": "GRPO's reward: `cost` (success − λ·meta-calls − μ·harness tokens − ν·invalid) "
@@ -263,6 +267,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
+                     "grpo_scale_rewards",
                      "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
                      "charge_on_success_only", "grpo_skip_pull_only", "use_vllm"), "grpo-train"),
     "grpo_eval_difficulties": "grpo",
@@ -519,19 +524,13 @@ def continuation_reward(config: ReproduceConfig) -> ContinuationReward:
     )
 
 
-def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: ReproduceConfig, out: Path, precision: str, log: Any):
-    """Step-level cost-aware GRPO on `states`; returns the trained model and the reward log."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer: Any) -> Any:
+    """TRL's `GRPOConfig` for the run's GRPO stage: one group of --grpo-generations per state, the
+    run's sampling, advantage scaling and learning-rate settings, no KL term."""
+    from trl import GRPOConfig
 
-    from .callbacks import MetricsFileCallback
-    from .exploration import SkipExploration
-    from .sft import quiet_trainer
-    from .speed import score_trained_positions_only
-
-    reward = continuation_reward(config)
     batch = config.grpo_states_per_step * config.grpo_generations
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(out / "grpo"),
         max_steps=config.grpo_steps,
         learning_rate=config.grpo_learning_rate,
@@ -540,6 +539,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         num_generations=config.grpo_generations,
         max_completion_length=config.max_new_tokens,
         temperature=config.grpo_temperature,
+        scale_rewards=config.grpo_scale_rewards,
         beta=0.0,
         logging_steps=1,
         use_vllm=config.use_vllm,
@@ -548,6 +548,20 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         generation_kwargs={"stop": ["\n"]} if config.use_vllm else {"eos_token_id": _line_ends(tokenizer)},
         **_train_kwargs(config, precision),
     )
+
+
+def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: ReproduceConfig, out: Path, precision: str, log: Any):
+    """Step-level cost-aware GRPO on `states`; returns the trained model and the reward log."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from .callbacks import MetricsFileCallback
+    from .exploration import SkipExploration
+    from .sft import quiet_trainer
+    from .speed import score_trained_positions_only
+
+    reward = continuation_reward(config)
+    args = grpo_arguments(config, out, precision, tokenizer)
     peft_config = None if hasattr(model, "peft_config") else _lora(model, config)
     if hasattr(model, "peft_config"):  # the SFT adapter trains on
         for name, parameter in model.named_parameters():

@@ -120,6 +120,7 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
     assert shared_stages(saved, {**saved, "lam": 0.1}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "charge_on_success_only": True}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "grpo_skip_pull_only": True}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
+    assert shared_stages(saved, {**saved, "grpo_scale_rewards": "batch"}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "lam": 0.1, "grpo_states": "consulting"}) == ["expert", "raw", "sft-train", "sft"]
     assert shared_stages(saved, {**saved, "grpo_eval_difficulties": "2"})[-1] == "grpo-train"
     assert shared_stages(saved, {**saved, "out": "elsewhere", "threads": 1}) == ["expert"]
@@ -145,6 +146,21 @@ def test_grpo_reward_takes_the_runs_prices_budget_and_skip_handling(tmp_path: Pa
     assert reward.continuation_calls == 7 and reward.config == config.episode_config()
     default = continuation_reward(load_reproduce_preset("tiny", out=str(tmp_path), reward="reference", grpo_continuation_calls=0))
     assert not default.skips_pull_only and default.scorer is not None and default.continuation_calls is None
+
+
+def test_grpo_arguments_take_the_runs_sampling_and_advantage_scaling(tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import grpo_arguments, load_reproduce_preset
+    from evoharness_bpe_training.student import student_chat_template
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(512, chat_template=student_chat_template())
+    config = load_reproduce_preset("tiny", out=str(tmp_path), grpo_scale_rewards="batch", grpo_temperature=1.3,
+                                   grpo_generations=3, grpo_states_per_step=2)
+    args = grpo_arguments(config, tmp_path, "fp32", tokenizer)
+    assert (args.scale_rewards, args.temperature, args.num_generations, args.per_device_train_batch_size) == ("batch", 1.3, 3, 6)
+    assert grpo_arguments(load_reproduce_preset("tiny", out=str(tmp_path)), tmp_path, "fp32", tokenizer).scale_rewards == "group"
+    with pytest.raises(UserError, match="group or batch or none"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_scale_rewards="std")
 
 
 @pytest.mark.slow
