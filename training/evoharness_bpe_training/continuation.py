@@ -35,7 +35,7 @@ from evoharness_bpe.lab.policies.transformers import close_call
 from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.lab.runner.lockstep import Lockstep
 
-from .rewards import CostWeights, RolloutCost, cost_aware_score, lift_failed_skips
+from .rewards import CostWeights, RolloutCost, cost_aware_score, flatten_uniform_groups, lift_failed_skips
 
 __all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "episode_cost", "ContinuationReward", "reply_from_text",
            "reference_scorer"]
@@ -180,6 +180,9 @@ class ContinuationReward:
     skips_pull_only: bool = False
     """An injected skip (``forced``) that scores below the rest of its state's group scores their mean
     (`lift_failed_skips`): guided exploration pulls towards skips that pay, never pushes one down."""
+    skip_uniform_groups: bool = False
+    """A group (a state's samples) that all succeeded or all failed scores its mean
+    (`flatten_uniform_groups`): only groups where the action decided the outcome teach."""
     __name__: str = "continuation_reward"
     _scored: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
@@ -217,8 +220,11 @@ class ContinuationReward:
             scored.append(reward)
             records.append(record)
         rewards = scored
+        groups = [key[1:5] for key in keys]  # a group is its state's samples
         if self.skips_pull_only and forced is not None:
-            rewards = lift_failed_skips(scored, [key[1:5] for key in keys], forced)  # a group is its state's samples
+            rewards = lift_failed_skips(rewards, groups, forced)
+        if self.skip_uniform_groups:
+            rewards = flatten_uniform_groups(rewards, groups, [record["success"] for record in records])
         for n, record in enumerate(records):
             # what the recorded policy called in this state: a sample that acts where it consulted explores skipping
             self.log.append({**record, **({"state_called": called[n]} if called is not None else {}),

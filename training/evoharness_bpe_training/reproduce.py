@@ -153,6 +153,9 @@ class ReproduceConfig:
     grpo_skip_pull_only: bool = field(default=False, metadata={
         "help": "A skip put in a group (--grpo-skip-samples) that scores below the rest of its group gets the rest's mean "
                 "reward: advantage 0, so a failed skip never pushes its tokens (often the policy's own next action) down."})
+    grpo_skip_uniform_groups: bool = field(default=False, metadata={
+        "help": "A GRPO group whose samples all succeeded or all failed scores its mean (advantage 0): only groups where "
+                "the action decided the outcome teach, and a price alone never does (EvoHarness-RL's skip_uniform_groups)."})
     use_vllm: bool = field(default=False, metadata={"help": "Generate GRPO samples with vLLM (GPU presets)."})
     precision: str = field(default="auto", metadata={"help": "`auto` (bf16 where the machine computes it natively: a CPU with "
                                                               "avx512_bf16 or AMX, a CUDA device with bf16; fp32 elsewhere), `bf16` or `fp32`. "
@@ -268,7 +271,8 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
-                     "charge_on_success_only", "grpo_skip_pull_only", "use_vllm"), "grpo-train"),
+                     "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "use_vllm"),
+                    "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
 """The first stage a setting changes (None: no stage's outputs); a setting not listed changes them all."""
@@ -520,6 +524,7 @@ def continuation_reward(config: ReproduceConfig) -> ContinuationReward:
         scorer=reference_scorer() if config.reward == "reference" else None,
         continuation_calls=config.grpo_continuation_calls or None,
         skips_pull_only=config.grpo_skip_pull_only,
+        skip_uniform_groups=config.grpo_skip_uniform_groups,
     )
 
 

@@ -19,7 +19,7 @@ from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.text import approx_tokens
 
 __all__ = ["CostWeights", "RolloutCost", "cost_aware_score", "rollout_cost_from_messages", "cost_aware_reward", "make_cost_aware_reward",
-           "lift_failed_skips"]
+           "lift_failed_skips", "flatten_uniform_groups", "group_members"]
 
 
 @dataclass(frozen=True)
@@ -168,10 +168,7 @@ def lift_failed_skips(rewards: Sequence[float], groups: Sequence[Any], forced: S
         raise UserError(f"lift_failed_skips takes one group and one forced flag per reward, got {len(rewards)}, "
                         f"{len(groups)} and {len(forced)}")
     lifted = [float(r) for r in rewards]
-    members: dict[Any, list[int]] = {}
-    for n, group in enumerate(groups):
-        members.setdefault(group, []).append(n)
-    for indices in members.values():
+    for indices in group_members(groups).values():
         raised: set[int] = set()
         while True:  # the level rises as low skips leave the rest, so look again until none is below it
             rest = [n for n in indices if n not in raised]
@@ -183,3 +180,33 @@ def lift_failed_skips(rewards: Sequence[float], groups: Sequence[Any], forced: S
         for n in raised:
             lifted[n] = level
     return lifted
+
+
+def group_members(groups: Sequence[Any]) -> dict[Any, list[int]]:
+    """The indices of each group's samples, by group, in order."""
+    members: dict[Any, list[int]] = {}
+    for n, group in enumerate(groups):
+        members.setdefault(group, []).append(n)
+    return members
+
+
+def flatten_uniform_groups(rewards: Sequence[float], groups: Sequence[Any], successes: Sequence[float]) -> list[float]:
+    """`rewards` where every sample of a group whose samples all succeeded (or all failed) scores the
+    group's mean: its advantage is 0, so only groups where the action decided the outcome teach.
+
+    In a uniform group every reward difference is a price (λ per meta-call), and GRPO's division by
+    the group's spread turns a saving of λ into an advantage as large as a failure's; the policy
+    then walks to ever shorter paths (EvoHarness-RL's ``skip_uniform_groups`` drops such groups for
+    this reason). `groups` names each sample's group, `successes` its task outcome.
+    """
+    if not len(rewards) == len(groups) == len(successes):
+        raise UserError(f"flatten_uniform_groups takes one group and one success per reward, got {len(rewards)}, "
+                        f"{len(groups)} and {len(successes)}")
+    flat = [float(r) for r in rewards]
+    for indices in group_members(groups).values():
+        outcomes = {float(successes[n]) for n in indices}
+        if len(outcomes) == 1:
+            mean = sum(flat[n] for n in indices) / len(indices)
+            for n in indices:
+                flat[n] = mean
+    return flat

@@ -223,6 +223,30 @@ def test_the_log_says_what_the_state_called_and_exploration_counts_the_skips(exp
     assert exploration([{**r, "state_called": "fetch_page"} for r in reward.log]) is None
 
 
+def test_a_group_whose_outcome_the_action_did_not_decide_scores_its_mean(expert_trace) -> None:
+    """`skip_uniform_groups`: a state's samples that all succeeded score their mean (advantage 0,
+    the price differences between them dropped); a group where the action decided keeps its rewards."""
+    rows = state_rows([expert_trace], lambda m, t: "")
+    noting, finishing = rows[-2], rows[-1]  # the last note's state, then the finish's
+    finish = _call_text({"name": "finish", "arguments": "{}"})
+    resend = _call_text({"name": "submit_batch", "arguments": json.dumps({"batch_id": 1, "record_ids": ["R0001"]})})
+    group = [noting] * 2 + [finishing] * 2
+    texts = [finish, resend, finish, "no call at all"]
+    scores, logs = {}, {}
+    for flatten in (False, True):
+        reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG, skip_uniform_groups=flatten)
+        reward.policy = _StatelessExpert()
+        scores[flatten] = reward([r["prompt"] for r in group], texts, seed=[r["seed"] for r in group], difficulty=[1] * 4,
+                                 replies=[r["replies"] for r in group], env=[r["env"] for r in group])
+        logs[flatten] = reward.log
+    played, flat = scores[False], scores[True]
+    assert [r["success"] for r in logs[False]] == [1.0, 0.0, 1.0, 1.0]
+    assert played[2] > played[3]  # both finish; the invalid reply pays its price
+    assert flat[:2] == played[:2]  # finishing succeeded where resending batch 1 failed: the action decided
+    assert flat[2] == flat[3] == pytest.approx((played[2] + played[3]) / 2)
+    assert logs[True][3]["scored"] == played[3] and "scored" not in logs[True][0]
+
+
 def test_a_failed_skip_scores_its_group_mean_and_a_paying_one_keeps_its_reward(expert_trace) -> None:
     """`skips_pull_only`: the injected skip that did worse than the rest of its state's group gets
     the rest's mean (advantage 0); one that did as well keeps its reward, in its own group."""

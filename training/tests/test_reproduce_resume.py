@@ -121,6 +121,7 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
     assert shared_stages(saved, {**saved, "charge_on_success_only": True}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "grpo_skip_pull_only": True}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "grpo_scale_rewards": "batch"}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
+    assert shared_stages(saved, {**saved, "grpo_skip_uniform_groups": True}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "lam": 0.1, "grpo_states": "consulting"}) == ["expert", "raw", "sft-train", "sft"]
     assert shared_stages(saved, {**saved, "grpo_eval_difficulties": "2"})[-1] == "grpo-train"
     assert shared_stages(saved, {**saved, "out": "elsewhere", "threads": 1}) == ["expert"]
@@ -138,14 +139,14 @@ def test_grpo_reward_takes_the_runs_prices_budget_and_skip_handling(tmp_path: Pa
     from evoharness_bpe_training.reproduce import continuation_reward, load_reproduce_preset
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), lam=0.2, mu=0.001, invalid_penalty=0.3, charge_on_success_only=True,
-                                   grpo_continuation_calls=7, grpo_skip_pull_only=True, lockstep=False)
+                                   grpo_continuation_calls=7, grpo_skip_pull_only=True, grpo_skip_uniform_groups=True, lockstep=False)
     reward = continuation_reward(config)
     assert isinstance(reward, ContinuationReward) and reward.scorer is None
     assert (reward.weights.lam, reward.weights.mu, reward.weights.invalid_penalty) == (0.2, 0.001, 0.3)
-    assert reward.weights.charge_on_success_only and reward.skips_pull_only and not reward.lockstep
+    assert reward.weights.charge_on_success_only and reward.skips_pull_only and reward.skip_uniform_groups and not reward.lockstep
     assert reward.continuation_calls == 7 and reward.config == config.episode_config()
     default = continuation_reward(load_reproduce_preset("tiny", out=str(tmp_path), reward="reference", grpo_continuation_calls=0))
-    assert not default.skips_pull_only and default.scorer is not None and default.continuation_calls is None
+    assert not default.skips_pull_only and not default.skip_uniform_groups and default.scorer is not None and default.continuation_calls is None
 
 
 def test_grpo_arguments_take_the_runs_sampling_and_advantage_scaling(tmp_path: Path) -> None:

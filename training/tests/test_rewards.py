@@ -129,6 +129,19 @@ def test_logged_metrics_are_batch_means() -> None:
     assert logged["harness/success"] == 0.5 and logged["harness/invalid"] == 0 and logged["harness/tokens"] > 0
 
 
+def test_flatten_uniform_groups_by_hand() -> None:
+    from evoharness_bpe_training.rewards import flatten_uniform_groups
+
+    rewards = [0.73, 0.76, 0.76, -0.2, 0.7, 0.76, -0.4, -0.3]
+    groups = ["a", "a", "a", "b", "b", "b", "c", "c"]
+    successes = [1, 1, 1, 0, 1, 1, 0, 0.0]
+    # a: all succeeded (0.75 each); b: the action decided, kept; c: all failed (-0.35 each)
+    assert flatten_uniform_groups(rewards, groups, successes) == pytest.approx([0.75] * 3 + [-0.2, 0.7, 0.76] + [-0.35] * 2)
+    assert flatten_uniform_groups([0.5], ["x"], [1]) == [0.5]
+    with pytest.raises(UserError, match="one group and one success per reward"):
+        flatten_uniform_groups([1.0, 0.0], ["a", "a"], [1])
+
+
 def test_lift_failed_skips_by_hand() -> None:
     from evoharness_bpe_training.rewards import lift_failed_skips
 
