@@ -86,6 +86,25 @@ def test_rows_that_share_more_than_the_common_prefix_compute_it_once_per_group(t
     assert [r.get("content") for r in policy.complete_batch(grouped)] == [r.get("content") for r in alone]
 
 
+def test_prefix_passes_keep_the_last_positions_logits_only(tiny_dir, requests) -> None:
+    """A pass that only fills the cache never holds logits over the whole vocabulary for every token."""
+    policy = _policy(tiny_dir)
+    grouped = [requests[3], requests[4], requests[3], requests[4], requests[2]]  # a shared prefix and two groups
+    widths: list[int] = []
+    hook = policy.model.lm_head.register_forward_hook(lambda module, args, output: widths.append(output.shape[1]))
+    real = policy.model.generate
+
+    def generate(*args, **kwargs):  # the prefix passes are the forwards before generation starts
+        hook.remove()
+        return real(*args, **kwargs)
+
+    policy.model.generate = generate  # type: ignore[method-assign]
+    replies = policy.complete_batch(grouped)
+    alone = [_policy(tiny_dir, static_cache=False).complete(m, t) for m, t in grouped]
+    assert len(widths) == 2 and widths == [1, 1]  # the shared prefix, then the groups' heads
+    assert [r.get("content") for r in replies] == [r.get("content") for r in alone]
+
+
 def test_the_prefix_plan_computes_the_fewest_tokens() -> None:
     from evoharness_bpe.lab.policies.transformers import _prefix_plan
 

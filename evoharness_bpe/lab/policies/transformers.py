@@ -306,6 +306,12 @@ class TransformersPolicy:
         """Each parameter's in-place modification count: it changes when an optimizer steps."""
         return tuple(p._version for p in self.model.parameters())
 
+    def _cache_only(self) -> dict[str, Any]:
+        """Forward arguments for a pass that only fills the cache: the logits of the last position
+        alone where the model can (a prefix's logits over the whole vocabulary are gigabytes)."""
+        supports = getattr(self.model, "_supports_logits_to_keep", None)
+        return {"logits_to_keep": 1} if supports is not None and supports() else {}
+
     def _prefix_forward(self, prefix: list[int]) -> Any:
         """The (dynamic) key/value cache of `prefix`, one row: the part the kept prefix shares with
         it taken from there (`keep_prefix`), the rest computed; then kept for the next call."""
@@ -323,7 +329,7 @@ class TransformersPolicy:
         if reused < len(prefix):
             with torch.no_grad():
                 cache = self.model(torch.tensor([prefix[reused:]], dtype=torch.long, device=self._device()),
-                                   past_key_values=cache, use_cache=True).past_key_values
+                                   past_key_values=cache, use_cache=True, **self._cache_only()).past_key_values
         self.reused_prefix_tokens += reused
         if self.keep_prefix:  # the cache's tensors are replaced, never written in place, as generation goes on
             self._kept = (list(prefix), [(layer.keys, layer.values) for layer in cache.layers], version)
@@ -341,7 +347,7 @@ class TransformersPolicy:
                 cache.batch_repeat_interleave(len(heads))
             with torch.no_grad():
                 cache = self.model(torch.tensor(heads, dtype=torch.long, device=device), past_key_values=cache,
-                                   use_cache=True).past_key_values
+                                   use_cache=True, **self._cache_only()).past_key_values
         cache.batch_select_indices(torch.tensor(groups, dtype=torch.long, device=device))
         return cache
 
