@@ -10,6 +10,8 @@ long stage, with the elapsed time and an estimate of what is left.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import time
@@ -19,7 +21,7 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["StageFolder", "Progress", "config_differences", "load_average"]
+__all__ = ["StageFolder", "Progress", "config_differences", "load_average", "release_memory"]
 
 
 def config_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any], *, ignore: tuple[str, ...] = ()) -> list[str]:
@@ -118,6 +120,7 @@ class StageFolder:
             return record["result"]
         started = time.perf_counter()
         result = work()
+        release_memory()  # a trainer and its rollouts must not stay beside the next stage's evaluation
         wall = round(time.perf_counter() - started, 1)
         self.wall[stage] = wall
         record = {"stage": stage, "wall_s": wall, "finished_at": time.time(), "load": load_average(), "result": result}
@@ -125,6 +128,21 @@ class StageFolder:
         tmp.write_text(json.dumps(record, indent=2, default=float), "utf-8")
         os.replace(tmp, self.marker(stage))  # the marker appears whole or not at all
         return result
+
+
+def release_memory() -> None:
+    """Free what a finished stage left behind and hand it back to the system.
+
+    A trainer, its optimizer state and its reward's rollout policy hold one another in reference
+    cycles, which Python's collector may not reach for a long time; and glibc keeps freed heap
+    for the process unless asked (``malloc_trim``). Without this a GRPO stage's memory (about
+    13 GB on the CPU preset) stays beside the evaluation that follows it.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the freed memory is reused in-process all the same
+        pass
 
 
 def load_average() -> list[float] | None:

@@ -188,6 +188,29 @@ def test_a_fork_reuses_the_stages_its_changes_leave_alone(interrupted, tmp_path:
 
 
 @pytest.mark.slow
+def test_no_trainer_outlives_its_stage(interrupted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GRPO evaluation starts with the GRPO trainer (its optimizer, rollouts and reward) freed."""
+    import gc
+    from dataclasses import replace
+
+    from transformers import Trainer
+
+    from evoharness_bpe_training import reproduce as module
+
+    alive: dict[str, int] = {}
+    real = module._evaluate
+
+    def evaluate(stage, *args, **kwargs):
+        alive[stage] = sum(isinstance(o, Trainer) for o in gc.get_objects())
+        return real(stage, *args, **kwargs)
+
+    monkeypatch.setattr(module, "_evaluate", evaluate)
+    config = replace(module.resume_config(interrupted[0]), out=str(tmp_path / "fork"), lam=0.3)
+    module.reproduce(config, log=lambda line: None, fork=interrupted[0])
+    assert alive == {"grpo": 0}
+
+
+@pytest.mark.slow
 def test_a_fork_with_more_held_out_seeds_evaluates_the_sources_models_again(interrupted, tmp_path: Path) -> None:
     from dataclasses import replace
 
