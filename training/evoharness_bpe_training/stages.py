@@ -135,8 +135,8 @@ def release_memory() -> None:
 
     A trainer, its optimizer state and its reward's rollout policy hold one another in reference
     cycles, which Python's collector may not reach for a long time; and glibc keeps freed heap
-    for the process unless asked (``malloc_trim``). Without this a GRPO stage's memory (about
-    13 GB on the CPU preset) stays beside the evaluation that follows it.
+    for the process unless asked (``malloc_trim``). Without this a GRPO stage's memory (13–21 GB
+    resident on the CPU preset) stays beside the evaluation that follows it.
     """
     gc.collect()
     try:

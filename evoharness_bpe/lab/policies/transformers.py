@@ -308,7 +308,8 @@ class TransformersPolicy:
 
     def _cache_only(self) -> dict[str, Any]:
         """Forward arguments for a pass that only fills the cache: the logits of the last position
-        alone where the model can (a prefix's logits over the whole vocabulary are gigabytes)."""
+        alone where the model can (a batch of prefixes' logits over a 49,152-token vocabulary take
+        hundreds of megabytes)."""
         supports = getattr(self.model, "_supports_logits_to_keep", None)
         return {"logits_to_keep": 1} if supports is not None and supports() else {}
 
