@@ -490,9 +490,12 @@ class _SnapshotPolicy:
 
     def current(self) -> Any:
         from .speed import inference_copy
+        from .stages import release_memory
 
         step = int(self.trainer.state.global_step)
         if step != self._step:
+            self._policy = None
+            release_memory()  # the last copy, its caches and the rollouts' scraps before the next copy
             self._policy = _policy(inference_copy(self.trainer.model, self.precision), self.tokenizer, self.config)
             self._step = step
         return self._policy
