@@ -135,6 +135,9 @@ class ReproduceConfig:
                 "trains on these meta-actions' states only (where every sample consults alike, a group has no "
                 "advantage to learn from)."})
     grpo_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of GRPO actions."})
+    grpo_beta: float = field(default=0.0, metadata={
+        "help": "β of GRPO's KL term, which holds the policy near the one GRPO started from: with LoRA, TRL trains the "
+                "SFT adapter against a frozen copy of itself. 0: no KL term (and no reference pass). Needs --lora-r > 0."})
     grpo_scale_rewards: str = field(default="group", metadata={
         "help": "What divides a sample's advantage (its reward minus its group's mean): `group`, the group's standard "
                 "deviation (GRPO's; a group that all succeeds teaches a saving of λ as hard as a failure); `batch`, the "
@@ -188,6 +191,12 @@ class ReproduceConfig:
         for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls", "grpo_skip_samples"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if self.grpo_beta < 0:
+            raise UserError(f"--grpo-beta must be 0 or more, got {self.grpo_beta}")
+        if self.grpo_beta and not self.lora_r:
+            raise UserError("--grpo-beta anchors GRPO to a frozen copy of the LoRA adapter it starts from; without LoRA "
+                            "(--lora-r 0) TRL would load a reference model by name, which a locally built policy has not: "
+                            "set --lora-r or leave --grpo-beta at 0")
         if self.model == "student" and self.lora_r:
             raise UserError("--lora-r applies to a pretrained model; the student trains every weight (set --lora-r 0)")
         if self.sft_opening_weight <= 0:
@@ -269,7 +278,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("out", "stages"), None),
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
-    **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature",
+    **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
                      "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "use_vllm"),
                     "grpo-train"),
@@ -533,7 +542,7 @@ def continuation_reward(config: ReproduceConfig) -> ContinuationReward:
 
 def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer: Any) -> Any:
     """TRL's `GRPOConfig` for the run's GRPO stage: one group of --grpo-generations per state, the
-    run's sampling, advantage scaling and learning-rate settings, no KL term."""
+    run's sampling, advantage scaling and learning-rate settings, and its KL term (`grpo_beta`; 0: none)."""
     from trl import GRPOConfig
 
     batch = config.grpo_states_per_step * config.grpo_generations
@@ -547,7 +556,7 @@ def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer
         max_completion_length=config.max_new_tokens,
         temperature=config.grpo_temperature,
         scale_rewards=config.grpo_scale_rewards,
-        beta=0.0,
+        beta=config.grpo_beta,
         logging_steps=1,
         use_vllm=config.use_vllm,
         dataloader_num_workers=0,
