@@ -188,11 +188,10 @@ class ReproduceConfig:
                 raise UserError(f"--{name.replace('_', '-')} takes {' or '.join(choices)}, not {getattr(self, name)!r}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise UserError(f"--precision takes auto, bf16 or fp32, not {self.precision!r}")
-        for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls", "grpo_skip_samples"):
+        for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls", "grpo_skip_samples",
+                     "grpo_beta"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
-        if self.grpo_beta < 0:
-            raise UserError(f"--grpo-beta must be 0 or more, got {self.grpo_beta}")
         if self.grpo_beta and not self.lora_r:
             raise UserError("--grpo-beta anchors GRPO to a frozen copy of the LoRA adapter it starts from; without LoRA "
                             "(--lora-r 0) TRL would load a reference model by name, which a locally built policy has not: "

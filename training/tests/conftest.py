@@ -126,3 +126,13 @@ def locker_env_cls():
 def sft_traces() -> list[Trace]:
     """Expert traces of the locker environment for training, recorded by the core runner."""
     return [run_core(LockerEnv(n), ScriptedPolicy(expert_script(n)), seed=s) for s, n in ((0, 1), (1, 1), (2, 2), (3, 2))]
+
+
+@pytest.fixture(scope="session")
+def expert_trace() -> Trace:
+    """One difficulty-1 CRM episode of the expert in the compact layout (window 4): the states
+    GRPO's tests train on."""
+    from evoharness_bpe.lab.runner.core import run_episode
+
+    env = make_env("crm-migration", 1)
+    return run_episode(env, ExpertPolicy(env), None, EpisodeConfig(seed=3, spec_style="compact", window=4, dashboard_tokens=120))

@@ -8,7 +8,6 @@ import pytest
 
 from evoharness_bpe.lab.envs import make_env
 from evoharness_bpe.lab.frameworks import EpisodeConfig
-from evoharness_bpe.lab.policies import ExpertPolicy
 from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe import META_ACTIONS
 from evoharness_bpe_training.continuation import ContinuationPolicy, ContinuationReward, consulting_states, episode_cost, state_rows
@@ -29,12 +28,6 @@ class _Rest:
                 {"id": "end", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
         self.next += 1
         return json.loads(json.dumps(self.replies[self.next - 1]))
-
-
-@pytest.fixture(scope="module")
-def expert_trace():
-    env = make_env("crm-migration", 1)
-    return run_episode(env, ExpertPolicy(env), None, CONFIG)
 
 
 def test_state_rows_hold_each_prompt_and_the_replies_before_it(expert_trace) -> None:

@@ -10,21 +10,11 @@ import pytest
 from evoharness_bpe import META_ACTIONS
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.envs import make_env
-from evoharness_bpe.lab.frameworks import EpisodeConfig
-from evoharness_bpe.lab.policies import ExpertPolicy
-from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe_training.continuation import consulting_states, reply_from_text, state_rows
 from evoharness_bpe_training.exploration import SkipExploration, completion_text, skip_action
 from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
 
 PREFILL = '<tool_call>\n{"name": "'
-CONFIG = EpisodeConfig(seed=3, spec_style="compact", window=4, dashboard_tokens=120)
-
-
-@pytest.fixture(scope="module")
-def expert_trace():
-    env = make_env("crm-migration", 1)
-    return run_episode(env, ExpertPolicy(env), None, CONFIG)
 
 
 def _name(reply: dict) -> str:

@@ -9,10 +9,6 @@ from pathlib import Path
 import pytest
 
 from evoharness_bpe.exceptions import UserError
-from evoharness_bpe.lab.envs import make_env
-from evoharness_bpe.lab.frameworks import EpisodeConfig
-from evoharness_bpe.lab.policies import ExpertPolicy
-from evoharness_bpe.lab.runner.core import run_episode
 
 
 def test_grpo_beta_is_checked_and_reaches_trls_config(tmp_path: Path) -> None:
@@ -30,7 +26,7 @@ def test_grpo_beta_is_checked_and_reaches_trls_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_grpo_beta_trains_the_adapter_against_a_frozen_copy_of_itself(tmp_path: Path) -> None:
+def test_grpo_beta_trains_the_adapter_against_a_frozen_copy_of_itself(expert_trace, tmp_path: Path) -> None:
     """The real GRPOTrainer on a tiny model wrapped in a LoRA adapter that differs from the base
     (as after SFT): with β > 0 the reference is a copy of that adapter, which stays as it was while
     the adapter trains, and every update logs a finite KL."""
@@ -53,12 +49,10 @@ def test_grpo_beta_trains_the_adapter_against_a_frozen_copy_of_itself(tmp_path: 
         if "lora_B" in name:  # LoRA starts at B = 0, the base model itself; an SFT adapter does not
             parameter.data.normal_(0.0, 0.05)
     sft = {name: parameter.detach().clone() for name, parameter in model.named_parameters() if ".default." in name}
-    env = make_env("crm-migration", 1)
-    trace = run_episode(env, ExpertPolicy(env), None, EpisodeConfig(seed=3, spec_style="compact", window=4, dashboard_tokens=120))
     with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
-        writer.write(trace)
+        writer.write(expert_trace)
     player = _policy(model, tokenizer, config)
-    states = consulting_states(state_rows([trace], player.render_prompt))[:2]
+    states = consulting_states(state_rows([expert_trace], player.render_prompt))[:2]
 
     trained, _ = _grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
 

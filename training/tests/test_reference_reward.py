@@ -184,12 +184,6 @@ def _expected_steps(trace) -> int:
     return trace.outcome.info["steps"] + sum(trace.metadata["meta_actions"].values())
 
 
-@pytest.fixture(scope="module")
-def expert_trace():
-    env = make_env("crm-migration", 1)
-    return run_episode(env, ExpertPolicy(env), None, CONFIG)
-
-
 def test_from_trace_reads_steps_verbs_repeats_and_invalid(expert_trace) -> None:
     trace = expert_trace
     assert trace.outcome.success and trace.outcome.info["invalid_actions"] == 0
