@@ -232,10 +232,14 @@ class ContinuationReward:
                              **({"reward": rewards[n], "scored": scored[n]} if rewards[n] != scored[n] else {})})
         return rewards
 
+    def episode_score(self, trace: Trace, step: int = 0) -> float:
+        """The reward of a finished episode at optimizer step `step`: `scorer`'s, else `cost_aware_score` with `weights`."""
+        return self.scorer(trace, step) if self.scorer is not None else cost_aware_score(episode_cost(trace), self.weights)
+
     def _score(self, key: tuple[Any, ...], trace: Trace, action: ChatMessage) -> tuple[float, dict[str, Any]]:
         step, _, difficulty, seed = key[:4]
         cost = episode_cost(trace)
-        reward = self.scorer(trace, int(step)) if self.scorer is not None else cost_aware_score(cost, self.weights)
+        reward = self.episode_score(trace, int(step))
         return reward, {
             "step": step, "seed": seed, "difficulty": difficulty, "reward": reward,
             "success": cost.success, "meta_calls": cost.meta_calls, "harness_tokens": cost.harness_tokens,

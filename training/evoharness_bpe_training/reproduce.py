@@ -52,11 +52,13 @@ if TYPE_CHECKING:
     from .continuation import ContinuationReward
 
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
-           "shared_stages", "STAGE_OUTPUTS", "grpo_arguments", "write_adapter_card", "continuation_reward", "register", "PRESETS", "STAGES"]
+           "shared_stages", "STAGE_OUTPUTS", "grpo_arguments", "grpo_validation", "write_adapter_card", "continuation_reward", "register", "PRESETS", "STAGES"]
 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
 """Held-out seeds start here; training seeds start at 0."""
+VALIDATION = 20_000
+"""Validation seeds (`--grpo-select-every`) start here: apart from the training and held-out ones."""
 _CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "compact-tools-first", "qwen3"), "sft_loss": ("completion", "full"),
                                         "grpo_states": ("all", "consulting"), "grpo_lr_schedule": ("linear", "constant"),
                                         "reward": ("cost", "reference"), "grpo_scale_rewards": ("group", "batch", "none")}
@@ -138,6 +140,12 @@ class ReproduceConfig:
     grpo_beta: float = field(default=0.0, metadata={
         "help": "β of GRPO's KL term, which holds the policy near the one GRPO started from: with LoRA, TRL trains the "
                 "SFT adapter against a frozen copy of itself. 0: no KL term (and no reference pass). Needs --lora-r > 0."})
+    grpo_select_every: int = field(default=0, metadata={
+        "help": "Keep the best of periodic validations: before the first GRPO update, every N updates and after the last, "
+                "play --grpo-select-episodes validation episodes (seeds apart from the training and held-out ones) greedily "
+                "and score them with GRPO's reward; the stage ends with the best-scoring weights, the SFT policy's among "
+                "them (ties keep the earlier). 0: the last update's weights."})
+    grpo_select_episodes: int = field(default=10, metadata={"help": "Validation episodes per GRPO difficulty (--grpo-select-every)."})
     grpo_scale_rewards: str = field(default="group", metadata={
         "help": "What divides a sample's advantage (its reward minus its group's mean): `group`, the group's standard "
                 "deviation (GRPO's; a group that all succeeds teaches a saving of λ as hard as a failure); `batch`, the "
@@ -180,7 +188,8 @@ class ReproduceConfig:
         unknown = set(self.stage_list()) - {"raw", "sft", "grpo"}
         if unknown:
             raise UserError(f"--stages takes raw, sft and grpo, not {', '.join(sorted(unknown))}")
-        for name in ("eval_episodes", "grpo_steps", "grpo_states_per_step", "grpo_state_episodes", "max_steps", "max_new_tokens"):
+        for name in ("eval_episodes", "grpo_steps", "grpo_states_per_step", "grpo_state_episodes", "max_steps", "max_new_tokens",
+                     "grpo_select_episodes"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for name, choices in _CHOICES.items():
@@ -189,7 +198,7 @@ class ReproduceConfig:
         if self.precision not in ("auto", "bf16", "fp32"):
             raise UserError(f"--precision takes auto, bf16 or fp32, not {self.precision!r}")
         for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls", "grpo_skip_samples",
-                     "grpo_beta"):
+                     "grpo_beta", "grpo_select_every"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if self.grpo_beta and not self.lora_r:
@@ -279,7 +288,8 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
-                     "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "use_vllm"),
+                     "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "use_vllm",
+                     "grpo_select_every", "grpo_select_episodes"),
                     "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
@@ -539,6 +549,33 @@ def continuation_reward(config: ReproduceConfig) -> ContinuationReward:
     )
 
 
+def grpo_validation(config: ReproduceConfig, out: Path, precision: str, tokenizer: Any, reward: ContinuationReward,
+                    log: Any = None) -> Any:
+    """``validate(model, step)`` for `BestOnValidation`: --grpo-select-episodes validation episodes per
+    GRPO difficulty played greedily (traces in ``grpo/validation/``), scored with GRPO's reward."""
+    from .speed import inference_copy
+    from .stages import release_memory
+
+    levels = [int(x) for x in str(config.grpo_difficulties).split(",") if x.strip()]
+    seeds = {level: [VALIDATION + s for s in range(config.grpo_select_episodes)] for level in levels}
+
+    def validate(model: Any, step: int) -> dict[str, Any]:
+        started = time.perf_counter()
+        release_memory()
+        policy = _policy(inference_copy(model, precision), tokenizer, config)
+        traces = _play(policy, config, seeds, out / "grpo" / "validation" / f"update-{step}.jsonl", log=log, stage=f"select-{step}")
+        del policy
+        release_memory()
+        summary = _summary("validation", traces, time.perf_counter() - started)
+        n = len(traces)
+        return {"score": sum(reward.episode_score(t, step) for t in traces) / n,
+                "success": sum(bool(t.outcome.success) for t in traces) / n,
+                "meta_calls": sum(v["meta_calls"] * v["episodes"] for v in summary["levels"].values()) / n,
+                "episodes": n, "wall_s": summary["wall_s"]}
+
+    return validate
+
+
 def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer: Any) -> Any:
     """TRL's `GRPOConfig` for the run's GRPO stage: one group of --grpo-generations per state, the
     run's sampling, advantage scaling and learning-rate settings, and its KL term (`grpo_beta`; 0: none)."""
@@ -572,6 +609,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
 
     from .callbacks import MetricsFileCallback
     from .exploration import SkipExploration
+    from .selection import BestOnValidation
     from .sft import quiet_trainer
     from .speed import score_trained_positions_only
 
@@ -589,6 +627,10 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
             f"prompts of {len(states)} states have one)")
         rollout_func = SkipExploration(skips, config.grpo_skip_samples, tokenizer)
     score_trained_positions_only()
+    callbacks = [MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _step_progress("grpo-train", log)]
+    if config.grpo_select_every:
+        callbacks.append(BestOnValidation(grpo_validation(config, out, precision, tokenizer, reward, log), config.grpo_select_every,
+                                          path=out / "grpo" / "selection.jsonl", log=log))
     with warnings.catch_warnings():  # TRL marks rollout_func experimental; its contract is tested here
         warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
         trainer = GRPOTrainer(
@@ -599,7 +641,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
             processing_class=tokenizer,
             peft_config=peft_config,
             rollout_func=rollout_func,
-            callbacks=[MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _step_progress("grpo-train", log)],
+            callbacks=callbacks,
         )
     quiet_trainer(trainer)
     reward.policy = _SnapshotPolicy(trainer, tokenizer, config, precision)
@@ -644,6 +686,13 @@ def _line_ends(tokenizer: Any) -> list[int]:
     ends = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
     ends |= {i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])}
     return sorted(ends)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file the run wrote ([] when it has none)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
 def _save(model: Any, tokenizer: Any, folder: Path, config: ReproduceConfig | None = None, stage: str = "") -> None:
@@ -815,6 +864,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         results.append(folder.run("sft", lambda: _evaluate("sft", model, tokenizer, config, out, log, precision), log))
 
     reward_log: list[dict[str, Any]] = []
+    selection_log: list[dict[str, Any]] = []
     if "grpo" in stages:
         def grpo_states() -> dict[str, Any]:
             from .speed import inference_copy
@@ -850,11 +900,12 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             states = kept
             trained, rewards = _grpo(model, tokenizer, states, config, out, precision, log)
             _save(trained, tokenizer, out / "grpo" / "model", config, "grpo")
-            return {"steps": config.grpo_steps, "scored": len(rewards)}
+            selection = _read_jsonl(out / "grpo" / "selection.jsonl")
+            return {"steps": config.grpo_steps, "scored": len(rewards), **({"selected_update": selection[-1]["best_step"]} if selection else {})}
 
         folder.run("grpo-train", grpo_train, log)
-        rewards_path = out / "grpo" / "rewards.jsonl"
-        reward_log = [json.loads(line) for line in rewards_path.read_text("utf-8").splitlines() if line.strip()]
+        reward_log = _read_jsonl(out / "grpo" / "rewards.jsonl")
+        selection_log = _read_jsonl(out / "grpo" / "selection.jsonl")
         base, tokenizer = _base_model(config, out, dataset) if config.model != "student" else (None, tokenizer)
         model = _load_trained(base, out / "grpo" / "model") if base is not None else _load_trained(model, out / "grpo" / "model")
         grpo_levels = [int(x) for x in str(config.grpo_eval_difficulties).split(",") if x.strip()] or None
@@ -866,6 +917,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         "results": results,
         "sft": sft_metrics,
         "grpo_curve": reward_log,
+        "grpo_selection": selection_log,
         "stage_wall_s": dict(folder.wall),
         "wall_s": round(sum(folder.wall.values()), 1),
         "wall_s_this_process": round(time.perf_counter() - started, 1),

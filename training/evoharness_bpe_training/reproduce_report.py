@@ -78,6 +78,7 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
                          + f" | {v['env_steps']:.1f} | {v['meta_per_env_step']:.3f} | {v['harness_tokens']:.0f} | "
                          f"{v['invalid_actions']:.1f} | {v['prompt_tokens_mean']:.0f} / {v['prompt_tokens_max']} |")
     lines += _exploration_lines(summary.get("grpo_curve") or [])
+    lines += _selection_lines(summary.get("grpo_selection") or [])
     lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |" for t in summary["targets"]]
     plots = _plots(summary, out)
@@ -115,6 +116,18 @@ def _exploration_lines(curve: list[dict[str, Any]]) -> list[str]:
                 f"({seen['successful_skips']} of them still succeeded), the rest called nothing valid."] + (
         [f"Skips put in the groups (guided exploration): {seen['forced_skips']}, {seen['successful_forced_skips']} of them "
          f"succeeded."] if "forced_skips" in seen else [])
+
+
+def _selection_lines(selection: list[dict[str, Any]]) -> list[str]:
+    """The validations of --grpo-select-every, the kept update marked."""
+    if not selection:
+        return []
+    kept = selection[-1]["best_step"]
+    lines = ["", f"GRPO's validations ({selection[0].get('episodes', '?')} greedy episodes each, scored with GRPO's reward); "
+                 f"the stage kept the weights of update {kept}:", "",
+             "| after update | score | success | meta-calls/ep | kept |", "|---|---|---|---|---|"]
+    return lines + [f"| {r['step']} | {r['score']:.3f} | {r.get('success', float('nan')):.2f} | {r.get('meta_calls', float('nan')):.1f} | "
+                    f"{'yes' if r['step'] == kept else ''} |" for r in selection]
 
 
 def _stage_lines(summary: dict[str, Any]) -> list[str]:
@@ -201,6 +214,13 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
         right.plot(steps, [mean("meta_calls", s) for s in steps], ":^", markersize=3, color="tab:red", label="meta-calls/episode")
         right.set_ylim(bottom=0.0)
         right.set_ylabel("meta-action calls per episode")
+        selection = summary.get("grpo_selection") or []
+        if selection:  # the greedy validations (--grpo-select-every), the kept update marked
+            left.plot([r["step"] for r in selection], [r["success"] for r in selection], "D", markersize=5, color="tab:green",
+                      label="validation success (greedy)")
+            right.plot([r["step"] for r in selection], [r["meta_calls"] for r in selection], "x", markersize=6, color="tab:purple",
+                       label="validation meta-calls/episode")
+            left.axvline(selection[-1]["best_step"], color="grey", linewidth=0.8, linestyle="--")
         left.xaxis.get_major_locator().set_params(integer=True)
         handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
         left.legend(handles, [h.get_label() for h in handles], loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=8)

@@ -1,0 +1,83 @@
+"""Keep the best of periodic validations: a training run ends with the weights that scored highest
+on validation episodes (the weights it started from among them), not merely its last update's.
+
+RL on a few states is noisy: a policy can anneal for a while and then collapse into a shortcut
+(finishing at once, say) within a few updates. `BestOnValidation` scores the policy greedily before
+the first update and every `every` updates, keeps a copy of the trained weights whenever the score
+is strictly higher than every earlier one, and puts the best copy back when training ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from evoharness_bpe.exceptions import UserError
+
+__all__ = ["BestOnValidation"]
+
+Validate = Callable[[Any, int], dict[str, Any]]
+"""``validate(model, step)``: play the validation episodes with `model`; a dict with ``score`` (higher is better)."""
+
+
+class BestOnValidation(TrainerCallback):
+    """A `transformers.TrainerCallback`: validate before the first update, every `every` updates and
+    after the last; restore the best-scoring trainable weights at the end of training.
+
+    Ties keep the earlier weights (fewer updates away from the start). Each validation is a record in
+    `records` (and a line of `path`, when given): its step, what `validate` returned, and the best
+    step so far.
+    """
+
+    def __init__(self, validate: Validate, every: int, *, path: str | os.PathLike[str] | None = None,
+                 log: Callable[[str], Any] | None = None) -> None:
+        if every < 1:
+            raise UserError(f"validation every {every} updates: it takes a count of at least 1")
+        self.validate, self.every, self.log = validate, every, log
+        self.path = Path(path) if path is not None else None
+        self.records: list[dict[str, Any]] = []
+        self.best_step: int | None = None
+        self.best_score = float("-inf")
+        self._best: dict[str, Any] = {}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201 - transformers' signature
+        self.records, self.best_step, self.best_score, self._best = [], None, float("-inf"), {}
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)  # the records of this training only
+        self._check(model, int(state.global_step))
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        step = int(state.global_step)
+        if step % self.every == 0 or step >= int(state.max_steps):
+            self._check(model, step)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        if model is None or not self._best:
+            return
+        parameters = dict(model.named_parameters())
+        for name, saved in self._best.items():
+            parameters[name].data.copy_(saved)
+        if self.log is not None:
+            self.log(f"[select] kept the weights of update {self.best_step} (validation score {self.best_score:.3f})")
+
+    def _check(self, model: Any, step: int) -> None:
+        if model is None or any(r["step"] == step for r in self.records):
+            return
+        result = dict(self.validate(model, step))
+        score = float(result["score"])
+        if score > self.best_score:
+            self.best_score, self.best_step = score, step
+            self._best = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+        record = {"step": step, **result, "best_step": self.best_step}
+        self.records.append(record)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, default=float) + "\n")
+        if self.log is not None:
+            self.log(f"[select] update {step}: validation score {score:.3f} (best: update {self.best_step})")
