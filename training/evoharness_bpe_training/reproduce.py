@@ -815,7 +815,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     out = Path(config.out)
     if fork is not None and resume:
         raise UserError(_FORK_OR_RESUME)
-    folder = StageFolder.open(out, asdict(config), resume=resume, defaults=_field_defaults())
+    folder = StageFolder.open(out, asdict(config), resume=resume, defaults=_field_defaults(), outputs=STAGE_OUTPUTS)
     if fork is not None:
         reused = shared_stages(fork_config(fork), asdict(config))
         copied = folder.adopt(fork, {stage: STAGE_OUTPUTS[stage] for stage in reused})

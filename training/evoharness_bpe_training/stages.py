@@ -33,18 +33,22 @@ def config_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any], *, i
 class StageFolder:
     """The folder of one run: its config, and a marker per finished stage."""
 
-    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+    def __init__(self, root: Path, config: dict[str, Any], outputs: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.root = root
         self.config = config
+        # stage → the files and folders it writes (relative to `root`): an unfinished stage's are removed before it runs
+        self.outputs = dict(outputs or {})
         self.wall: dict[str, float] = {}
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: dict[str, Any], *, resume: bool = False,
-             ignore: tuple[str, ...] = ("out",), defaults: Mapping[str, Any] | None = None) -> "StageFolder":
+             ignore: tuple[str, ...] = ("out",), defaults: Mapping[str, Any] | None = None,
+             outputs: Mapping[str, tuple[str, ...]] | None = None) -> "StageFolder":
         """A new run in `root` (its config written), or with `resume` the run already there.
 
         A resumed run must have been made with the same config (fields in `ignore` aside); a field
-        its saved config lacks (a setting added since) counts as its value in `defaults`.
+        its saved config lacks (a setting added since) counts as its value in `defaults`. `outputs`
+        names what each stage writes, so that a stage run again starts without an interrupted try's leftovers.
         """
         root = Path(root)
         path = root / "config.json"
@@ -64,7 +68,7 @@ class StageFolder:
             if (root / "stages").exists() and any((root / "stages").glob("*.json")):
                 raise UserError(f"{root} already holds a run; continue it with --resume {root}, or pick another --out")
             path.write_text(json.dumps(config, indent=2), "utf-8")
-        folder = cls(root, config)
+        folder = cls(root, config, outputs)
         (root / "stages").mkdir(exist_ok=True)
         return folder
 
@@ -95,6 +99,16 @@ class StageFolder:
             copied.append(stage)
         return copied
 
+    def _clear(self, stage: str) -> None:
+        import shutil
+
+        for relative in self.outputs.get(stage, ()):
+            path = self.root / relative
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+
     def marker(self, stage: str) -> Path:
         return self.root / "stages" / f"{stage}.json"
 
@@ -118,6 +132,7 @@ class StageFolder:
             self.wall[stage] = float(record.get("wall_s", 0.0))
             log(f"{stage}: finished earlier ({record.get('wall_s', 0):.0f} s), kept")
             return record["result"]
+        self._clear(stage)  # what an interrupted try left (a log appended to, traces half written)
         started = time.perf_counter()
         result = work()
         release_memory()  # a trainer and its rollouts must not stay beside the next stage's evaluation

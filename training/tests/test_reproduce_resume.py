@@ -262,3 +262,32 @@ def test_fork_mistakes_are_clear_errors(tmp_path: Path, flags: list[str], messag
     done = subprocess.run([sys.executable, "-m", "evoharness_bpe.lab.cli", "reproduce", *argv], capture_output=True, text=True)
     assert done.returncode != 0 and message in done.stderr + done.stdout
     assert "Traceback" not in done.stderr and not (tmp_path / "new").exists()
+
+
+def test_a_stage_run_again_starts_without_what_its_interrupted_try_left(tmp_path: Path) -> None:
+    from evoharness_bpe_training.stages import StageFolder
+
+    outputs = {"train": ("train", "log.jsonl"), "eval": ("eval.jsonl",)}
+    folder = StageFolder.open(tmp_path, {"x": 1}, outputs=outputs)
+    (tmp_path / "eval.jsonl").write_text("kept\n")
+
+    def interrupted() -> dict:
+        (tmp_path / "train").mkdir()
+        (tmp_path / "train" / "metrics.jsonl").write_text('{"step": 1}\n')
+        with (tmp_path / "log.jsonl").open("a") as fh:
+            fh.write("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        folder.run("train", interrupted, lambda line: None)
+
+    def again() -> dict:
+        assert not (tmp_path / "train").exists() and not (tmp_path / "log.jsonl").exists()
+        (tmp_path / "log.jsonl").write_text("whole\n")
+        return {"ok": True}
+
+    resumed = StageFolder.open(tmp_path, {"x": 1}, resume=True, outputs=outputs)
+    assert resumed.run("train", again, lambda line: None) == {"ok": True}
+    assert (tmp_path / "log.jsonl").read_text() == "whole\n"
+    assert (tmp_path / "eval.jsonl").read_text() == "kept\n"  # another stage's output stays
+    assert resumed.run("train", interrupted, lambda line: None) == {"ok": True}  # finished: read back, not run
