@@ -553,6 +553,7 @@ def grpo_validation(config: ReproduceConfig, out: Path, precision: str, tokenize
                     log: Any = None) -> Any:
     """``validate(model, step)`` for `BestOnValidation`: --grpo-select-episodes validation episodes per
     GRPO difficulty played greedily (traces in ``grpo/validation/``), scored with GRPO's reward."""
+    from .continuation import episode_cost
     from .speed import inference_copy
     from .stages import release_memory
 
@@ -566,12 +567,11 @@ def grpo_validation(config: ReproduceConfig, out: Path, precision: str, tokenize
         traces = _play(policy, config, seeds, out / "grpo" / "validation" / f"update-{step}.jsonl", log=log, stage=f"select-{step}")
         del policy
         release_memory()
-        summary = _summary("validation", traces, time.perf_counter() - started)
         n = len(traces)
         return {"score": sum(reward.episode_score(t, step) for t in traces) / n,
                 "success": sum(bool(t.outcome.success) for t in traces) / n,
-                "meta_calls": sum(v["meta_calls"] * v["episodes"] for v in summary["levels"].values()) / n,
-                "episodes": n, "wall_s": summary["wall_s"]}
+                "meta_calls": sum(episode_cost(t).meta_calls for t in traces) / n,
+                "episodes": n, "wall_s": round(time.perf_counter() - started, 1)}
 
     return validate
 

@@ -122,6 +122,8 @@ def test_grpo_ends_with_the_weights_of_its_best_validation(expert_trace, tmp_pat
         traces = list(read_traces(tmp_path / "grpo" / "validation" / f"update-{record['step']}.jsonl"))
         assert sorted(int(t.metadata["seed"]) for t in traces) == [VALIDATION, VALIDATION + 1]
         assert record["score"] == pytest.approx(sum(reward.episode_score(t, record["step"]) for t in traces) / len(traces))
+        assert record["meta_calls"] == pytest.approx(sum(t.ledger.meta_action_calls for t in traces) / len(traces))
+        assert record["success"] == sum(bool(t.outcome.success) for t in traces) / len(traces)
     best = max(records, key=lambda r: (r["score"], -r["step"]))["step"]
     assert records[-1]["best_step"] == best
     kept = {name: p for name, p in trained.named_parameters() if name in start}
