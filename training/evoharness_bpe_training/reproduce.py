@@ -240,6 +240,10 @@ class ReproduceConfig:
             raise UserError("--difficulties must name at least one level")
         return levels
 
+    def grpo_levels(self) -> list[int]:
+        """The difficulties whose states GRPO trains on (and validates at, with --grpo-select-every)."""
+        return [int(x) for x in str(self.grpo_difficulties).split(",") if x.strip()]
+
     def episodes_per_level(self) -> dict[int, int]:
         return dict(zip(self.levels(), (int(x) for x in str(self.train_episodes).split(",") if x.strip()), strict=True))
 
@@ -557,8 +561,7 @@ def grpo_validation(config: ReproduceConfig, out: Path, precision: str, tokenize
     from .speed import inference_copy
     from .stages import release_memory
 
-    levels = [int(x) for x in str(config.grpo_difficulties).split(",") if x.strip()]
-    seeds = {level: [VALIDATION + s for s in range(config.grpo_select_episodes)] for level in levels}
+    seeds = {level: [VALIDATION + s for s in range(config.grpo_select_episodes)] for level in config.grpo_levels()}
 
     def validate(model: Any, step: int) -> dict[str, Any]:
         started = time.perf_counter()
@@ -869,8 +872,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         def grpo_states() -> dict[str, Any]:
             from .speed import inference_copy
 
-            levels = [int(x) for x in str(config.grpo_difficulties).split(",") if x.strip()]
-            seeds = {level: list(range(config.grpo_state_episodes)) for level in levels}
+            seeds = {level: list(range(config.grpo_state_episodes)) for level in config.grpo_levels()}
             player = _policy(inference_copy(model, precision), tokenizer, config)
             own = _play(player, config, seeds, out / "grpo-states.jsonl", log=log, stage="grpo-states")
             states = state_rows(own, player.render_prompt)
@@ -900,8 +902,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             states = kept
             trained, rewards = _grpo(model, tokenizer, states, config, out, precision, log)
             _save(trained, tokenizer, out / "grpo" / "model", config, "grpo")
-            selection = _read_jsonl(out / "grpo" / "selection.jsonl")
-            return {"steps": config.grpo_steps, "scored": len(rewards), **({"selected_update": selection[-1]["best_step"]} if selection else {})}
+            return {"steps": config.grpo_steps, "scored": len(rewards)}
 
         folder.run("grpo-train", grpo_train, log)
         reward_log = _read_jsonl(out / "grpo" / "rewards.jsonl")

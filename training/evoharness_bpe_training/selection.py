@@ -48,6 +48,7 @@ class BestOnValidation(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201 - transformers' signature
         self.records, self.best_step, self.best_score, self._best = [], None, float("-inf"), {}
         if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.unlink(missing_ok=True)  # the records of this training only
         self._check(model, int(state.global_step))
 
@@ -66,7 +67,7 @@ class BestOnValidation(TrainerCallback):
             self.log(f"[select] kept the weights of update {self.best_step} (validation score {self.best_score:.3f})")
 
     def _check(self, model: Any, step: int) -> None:
-        if model is None or any(r["step"] == step for r in self.records):
+        if model is None:
             return
         result = dict(self.validate(model, step))
         score = float(result["score"])
@@ -76,7 +77,6 @@ class BestOnValidation(TrainerCallback):
         record = {"step": step, **result, "best_step": self.best_step}
         self.records.append(record)
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record, default=float) + "\n")
         if self.log is not None:

@@ -14,6 +14,7 @@ import ctypes
 import gc
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -78,8 +79,6 @@ class StageFolder:
 
         A stage unfinished in `source` is skipped (it runs here). Each copied marker names its source.
         """
-        import shutil
-
         source = Path(source)
         copied = []
         for stage, paths in outputs.items():
@@ -100,8 +99,6 @@ class StageFolder:
         return copied
 
     def _clear(self, stage: str) -> None:
-        import shutil
-
         for relative in self.outputs.get(stage, ()):
             path = self.root / relative
             if path.is_dir():
