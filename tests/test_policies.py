@@ -162,6 +162,26 @@ def test_lean_crm_expert_plays_whole_episodes_either_lean_or_in_full() -> None:
     assert 0 < sum(kinds) < len(kinds), kinds
 
 
+def test_crm_expert_notes_before_the_commit_when_asked() -> None:
+    """The same episode, its lessons moved ahead of their batch's commit: nothing else changes,
+    and no note is followed by finish."""
+    config = EpisodeConfig(harness="bpe", seed=0, max_steps=400, window=4, dashboard_tokens=160, spec_style="compact")
+    noted_last = 0
+    for seed in range(6):
+        episode = config.model_copy(update={"seed": seed})
+        env = make_env("crm-migration", 1)
+        after = _crm_names(run_episode(env, ExpertPolicy(env), None, episode))
+        env = make_env("crm-migration", 1)
+        trace = run_episode(env, ExpertPolicy(env, note_before_commit=True), None, episode)
+        before = _crm_names(trace)
+        assert trace.outcome.success
+        assert sorted(before) == sorted(after) and before != after
+        assert [n for n in before if n != "note"] == [n for n in after if n != "note"]
+        pairs = list(zip(before, before[1:]))
+        assert ("note", "finish") not in pairs and ("commit", "note") not in pairs
+        noted_last += ("note", "finish") in zip(after, after[1:])
+    assert noted_last  # by default some episodes end with a note
+
 def test_expert_skip_and_lean_rates_are_probabilities() -> None:
     env = make_env("crm-migration", 1)
     with pytest.raises(UserError, match="skip_rate"):

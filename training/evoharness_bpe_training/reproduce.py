@@ -81,6 +81,10 @@ class ReproduceConfig:
                                                                     "the meta-actions it can do without (the rest in full): every "
                                                                     "trace consistent with itself, the consulting and the lean way of "
                                                                     "the same task side by side, in their proportion."})
+    expert_note_before_commit: bool = field(default=False, metadata={
+        "help": "The CRM expert notes a lesson before committing the batch that taught it (by default after): its last "
+                "meta-action is then a commit, every finish follows the commit that leaves nothing to do, and "
+                "leaving out a note never lands on finish."})
     eval_episodes: int = field(default=10, metadata={"help": "Held-out episodes per stage and difficulty."})
     stages: str = field(default="raw,sft,grpo", metadata={"help": "Stages to evaluate."})
     window: int = field(default=4, metadata={"help": "Recent messages in each prompt."})
@@ -835,7 +839,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     def expert() -> dict[str, Any]:
         seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
-        policy = partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=config.expert_lean_rate, seed=config.seed)
+        policy = partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=config.expert_lean_rate, seed=config.seed,
+                         note_before_commit=config.expert_note_before_commit)
         traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=policy)  # never cut
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
                 "successes": sum(bool(t.outcome.success) for t in traces)}

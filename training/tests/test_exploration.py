@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,11 +74,16 @@ def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> N
 
 def _expert_meta_calls(tmp_path: Path, skip_rate: float, lean_rate: float = 0.0) -> tuple[int, int]:
     """(meta-actions, successes) of the expert stage of a tiny run, stopped when that stage ends."""
+    traces = _expert_traces(tmp_path / f"skip-{skip_rate}-lean-{lean_rate}", expert_skip_rate=skip_rate, expert_lean_rate=lean_rate)
+    return sum(len(t.meta_actions) for t in traces), sum(bool(t.outcome.success) for t in traces)
+
+
+def _expert_traces(out: Path, **settings: Any) -> list[Any]:
+    """The expert stage's traces of a tiny run with `settings`, stopped when that stage ends."""
     from evoharness_bpe import read_traces
     from evoharness_bpe_training import reproduce as module
 
-    out = tmp_path / f"skip-{skip_rate}-lean-{lean_rate}"
-    config = module.load_reproduce_preset("tiny", out=str(out), expert_skip_rate=skip_rate, expert_lean_rate=lean_rate)
+    config = module.load_reproduce_preset("tiny", out=str(out), **settings)
 
     def stop_after_expert(line: str) -> None:
         if line.startswith("expert:"):
@@ -85,8 +91,7 @@ def _expert_meta_calls(tmp_path: Path, skip_rate: float, lean_rate: float = 0.0)
 
     with pytest.raises(KeyboardInterrupt):
         module.reproduce(config, log=stop_after_expert)
-    traces = list(read_traces(out / "expert.jsonl"))
-    return sum(len(t.meta_actions) for t in traces), sum(bool(t.outcome.success) for t in traces)
+    return list(read_traces(out / "expert.jsonl"))
 
 
 def test_reproduce_records_a_sparse_expert_when_asked(tmp_path: Path) -> None:
@@ -109,6 +114,21 @@ def test_reproduce_records_lean_expert_episodes_when_asked(tmp_path: Path) -> No
     with pytest.raises(UserError, match="expert-lean-rate"):
         load_reproduce_preset("tiny", out=str(tmp_path), expert_lean_rate=1.5)
     assert shared_stages({"expert_lean_rate": 0.0}, {"expert_lean_rate": 0.3}) == []
+
+
+def test_reproduce_records_an_expert_that_notes_before_committing_when_asked(tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import shared_stages
+
+    def pairs(traces: list[Any]) -> set[tuple[str, str]]:
+        names = [[_name(call.response) for call in trace.model_calls] for trace in traces]
+        return {pair for episode in names for pair in zip(episode, episode[1:])}
+
+    after = _expert_traces(tmp_path / "after")
+    before = _expert_traces(tmp_path / "before", expert_note_before_commit=True)
+    assert all(t.outcome.success for t in before) and len(before) == len(after)
+    assert ("note", "finish") in pairs(after) and ("note", "finish") not in pairs(before)
+    assert ("note", "commit") in pairs(before) and ("commit", "note") not in pairs(before)
+    assert shared_stages({"expert_note_before_commit": False}, {"expert_note_before_commit": True}) == []
 
 
 @pytest.mark.slow

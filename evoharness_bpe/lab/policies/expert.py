@@ -16,6 +16,11 @@ consulting pays. ``ExpertPolicy(env, lean_rate=q)`` instead plays a share `q` of
 *lean*, each whole episode without any meta-action it can do without, and the rest in full: every
 trace is consistent with itself, and the consulting and the lean way of the same task sit side by
 side.
+
+``ExpertPolicy(env, note_before_commit=True)`` writes a CRM lesson as soon as the batch that
+taught it is reported, before that batch's ``commit`` (by default the batch is committed first).
+The episode's last meta-action is then a commit: every ``finish`` follows the commit that leaves
+nothing to do, and no note is directly followed by ``finish``.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class _Brain:
         self.recalled = False
         self.pending_note: str | None = None
         self.noted: set[str] = set()
+        self.note_before_commit = False
 
     def observe(self, name: str, args: dict[str, Any] | None, result: str) -> None:
         if name not in META:
@@ -86,8 +92,11 @@ class _Brain:
         if "recall" in meta and not self.recalled:
             return "recall", {"query": query, "k": 3}
         if "note" in meta and self.pending_note:
-            return "note", {"text": self.note_text, "kind": "pitfall", "tags": [self.env.name]}
+            return self.pitfall_note()
         return None
+
+    def pitfall_note(self) -> Action:
+        return "note", {"text": self.note_text, "kind": "pitfall", "tags": [self.env.name]}
 
     def decide(self, meta: frozenset[str]) -> Action:
         raise NotImplementedError
@@ -177,12 +186,14 @@ class _CRMBrain(_Brain):
 
     def decide(self, meta: frozenset[str]) -> Action:
         # Rejected ids are reported, and the batch committed, while the API's answer is still among
-        # the recent messages; lessons are noted after that.
+        # the recent messages; lessons are noted after that (or, `note_before_commit`, before the commit).
         if "recall" in meta and not self.recalled:
             return self.meta_first(meta, self.RECALL_QUERY)  # type: ignore[return-value]
         if self.to_report:
             ids, reason = self.to_report[0]
             return "report_invalid", {"record_ids": ids, "reason": reason}
+        if self.note_before_commit and "note" in meta and self.pending_note:
+            return self.pitfall_note()
         if "commit" in meta and self.to_commit:
             return "commit", {"subgoal": self.to_commit[0], "status": "done", "note": "applied"}
         first = self.meta_first(meta, self.RECALL_QUERY)
@@ -347,7 +358,8 @@ EXPERTS: dict[str, Callable[[str, Any], _Brain]] = {
 class ExpertPolicy:
     """The scripted expert for a built-in environment (`env` is the environment it plays)."""
 
-    def __init__(self, env: Any, *, skip_rate: float = 0.0, lean_rate: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, env: Any, *, skip_rate: float = 0.0, lean_rate: float = 0.0, seed: int = 0,
+                 note_before_commit: bool = False) -> None:
         if getattr(env, "name", None) not in EXPERTS:
             raise UserError(f"no expert for environment {getattr(env, 'name', env)!r}; experts exist for {', '.join(EXPERTS)}")
         if not 0.0 <= skip_rate < 1.0:
@@ -358,6 +370,7 @@ class ExpertPolicy:
         self.skip_rate = skip_rate
         self.lean_rate = lean_rate
         self.seed = seed
+        self.note_before_commit = note_before_commit
         self._rng: random.Random  # drawn per episode, when its first call arrives (`_ingest`)
         self.lean = False  # whether the current episode is played lean
         self._brain: _Brain | None = None
@@ -369,6 +382,7 @@ class ExpertPolicy:
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
         if last is None or self._brain is None:
             self._brain, self._seen = EXPERTS[self.env.name](task, self.env), None
+            self._brain.note_before_commit = self.note_before_commit
             episode = f"{self.seed}:{getattr(self.env, 'seed', '')}:{task}"
             self._rng = random.Random(episode)  # the episode's own draws
             self.lean = random.Random(f"lean:{episode}").random() < self.lean_rate
