@@ -182,6 +182,7 @@ def test_crm_expert_notes_before_the_commit_when_asked() -> None:
         noted_last += ("note", "finish") in zip(after, after[1:])
     assert noted_last  # by default some episodes end with a note
 
+
 def test_expert_skip_and_lean_rates_are_probabilities() -> None:
     env = make_env("crm-migration", 1)
     with pytest.raises(UserError, match="skip_rate"):

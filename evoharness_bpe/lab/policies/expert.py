@@ -96,6 +96,7 @@ class _Brain:
         return None
 
     def pitfall_note(self) -> Action:
+        """The note of the pending pitfall."""
         return "note", {"text": self.note_text, "kind": "pitfall", "tags": [self.env.name]}
 
     def decide(self, meta: frozenset[str]) -> Action:
