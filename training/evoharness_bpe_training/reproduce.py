@@ -64,6 +64,11 @@ _CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "compact-to
                                         "reward": ("cost", "reference"), "grpo_scale_rewards": ("group", "batch", "none")}
 
 
+def _ints(text: object) -> list[int]:
+    """The integers of a comma-separated setting (``"1,2"``); empty items are skipped."""
+    return [int(x) for x in str(text).split(",") if x.strip()]
+
+
 @dataclass
 class ReproduceConfig:
     """One reproduction run; every field doubles as a flag of `evoharness reproduce`."""
@@ -186,7 +191,7 @@ class ReproduceConfig:
 
     def __post_init__(self) -> None:
         levels = self.levels()
-        counts = [int(x) for x in str(self.train_episodes).split(",") if x.strip()]
+        counts = _ints(self.train_episodes)
         if len(counts) != len(levels):
             raise UserError(f"--train-episodes needs one count per difficulty ({len(levels)}), got {self.train_episodes!r}")
         unknown = set(self.stage_list()) - {"raw", "sft", "grpo"}
@@ -237,7 +242,7 @@ class ReproduceConfig:
 
     def levels(self) -> list[int]:
         try:
-            levels = [int(x) for x in str(self.difficulties).split(",") if x.strip()]
+            levels = _ints(self.difficulties)
         except ValueError:
             raise UserError(f"--difficulties takes comma-separated integers such as 1,2, not {self.difficulties!r}") from None
         if not levels:
@@ -246,10 +251,10 @@ class ReproduceConfig:
 
     def grpo_levels(self) -> list[int]:
         """The difficulties whose states GRPO trains on (and validates at, with --grpo-select-every)."""
-        return [int(x) for x in str(self.grpo_difficulties).split(",") if x.strip()]
+        return _ints(self.grpo_difficulties)
 
     def episodes_per_level(self) -> dict[int, int]:
-        return dict(zip(self.levels(), (int(x) for x in str(self.train_episodes).split(",") if x.strip()), strict=True))
+        return dict(zip(self.levels(), _ints(self.train_episodes), strict=True))
 
     def stage_list(self) -> list[str]:
         return [s.strip() for s in str(self.stages).split(",") if s.strip()]
@@ -914,7 +919,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         selection_log = _read_jsonl(out / "grpo" / "selection.jsonl")
         base, tokenizer = _base_model(config, out, dataset) if config.model != "student" else (None, tokenizer)
         model = _load_trained(base, out / "grpo" / "model") if base is not None else _load_trained(model, out / "grpo" / "model")
-        grpo_levels = [int(x) for x in str(config.grpo_eval_difficulties).split(",") if x.strip()] or None
+        grpo_levels = _ints(config.grpo_eval_difficulties) or None
         results.append(folder.run("grpo", lambda: _evaluate("grpo", model, tokenizer, config, out, log, precision, grpo_levels), log))
 
     summary = {
