@@ -161,6 +161,10 @@ class ReproduceConfig:
                 "step's (a saving counts as its size against a failure's); `none`."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
+    grpo_lead_states: bool = field(default=False, metadata={
+        "help": "With --grpo-skip-kinds narrowing the states (and --grpo-states all), also train the state just before each "
+                "one, where the policy acted: its own rare shortcut there (the consulting state's skip taken one call "
+                "early) fails and is pushed down beside the skip it should learn."})
     reward: str = field(default="cost", metadata={"help": "GRPO's reward: `cost` (success − λ·meta-calls − μ·harness tokens − ν·invalid) "
                                                            "or `reference` (EvoHarness-RL's composite: task + efficiency + annealed "
                                                            "diversity − spam − invalid, its defaults)."})
@@ -235,6 +239,9 @@ class ReproduceConfig:
         if self.grpo_skip_samples >= self.grpo_generations:
             raise UserError(f"--grpo-skip-samples ({self.grpo_skip_samples}) must leave at least one sampled action in groups of "
                             f"--grpo-generations {self.grpo_generations}")
+        if self.grpo_lead_states and self.grpo_states != "all":
+            raise UserError("--grpo-lead-states trains the states where the policy acted before consulting; "
+                            "--grpo-states consulting leaves none of them (use --grpo-states all)")
 
     def skip_kinds(self) -> tuple[str, ...]:
         """The meta-actions whose states GRPO's guided exploration skips (`grpo_skip_kinds`)."""
@@ -301,7 +308,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
-                     "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "use_vllm",
+                     "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "grpo_lead_states", "use_vllm",
                      "grpo_select_every", "grpo_select_episodes"),
                     "grpo-train"),
     "grpo_eval_difficulties": "grpo",
@@ -666,10 +673,23 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
 
 def grpo_train_states(states: list[dict[str, Any]], config: ReproduceConfig) -> list[dict[str, Any]]:
     """The states GRPO trains on: all of `states`, or with guided exploration narrowed by
-    ``--grpo-skip-kinds`` those whose meta-action is one it skips (all of them if none is)."""
+    ``--grpo-skip-kinds`` those whose meta-action is one it skips (all of them if none is), with
+    ``--grpo-lead-states`` each one's preceding state of its episode as well (in `states`' order)."""
     if not config.grpo_skip_samples or set(config.skip_kinds()) == set(META_ACTIONS):
         return states
-    return [state for state in states if state.get("called") in config.skip_kinds()] or states
+    skipped = [state for state in states if state.get("called") in config.skip_kinds()]
+    if not skipped:
+        return states
+    if not config.grpo_lead_states:
+        return skipped
+    wanted = {_place(state) for state in skipped}
+    wanted |= {(seed, level, position - 1) for seed, level, position in wanted if position > 0}
+    return [state for state in states if _place(state) in wanted]
+
+
+def _place(state: dict[str, Any]) -> tuple[int, int, int]:
+    """Where a state row is: its episode's seed and difficulty, and its model call's position."""
+    return int(state["seed"]), int(state.get("difficulty") or 1), int(state["position"])
 
 
 def _skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer: Any, prefill: str,
@@ -908,7 +928,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             states = json.loads((out / "grpo-states.json").read_text("utf-8"))
             kept = grpo_train_states(states, config)
             if len(kept) != len(states):
-                log(f"grpo: {len(kept)} of {len(states)} states called {', '.join(config.skip_kinds())} (--grpo-skip-kinds)")
+                lead = " or come just before one (--grpo-lead-states)" if config.grpo_lead_states else ""
+                log(f"grpo: {len(kept)} of {len(states)} states called {', '.join(config.skip_kinds())} (--grpo-skip-kinds){lead}")
             states = kept
             trained, rewards = _grpo(model, tokenizer, states, config, out, precision, log)
             _save(trained, tokenizer, out / "grpo" / "model", config, "grpo")

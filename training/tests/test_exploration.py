@@ -202,3 +202,25 @@ def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_tr
     for wrong in ("note,finish", " , "):
         with pytest.raises(UserError, match="--grpo-skip-kinds"):
             load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds=wrong)
+
+
+def test_lead_states_add_the_call_before_each_skipped_state(expert_trace, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from evoharness_bpe_training.reproduce import grpo_train_states, load_reproduce_preset
+
+    every = [{**s, "difficulty": 1, "seed": 3} for s in state_rows([expert_trace], lambda m, t: str(t))]
+    other = [{**s, "seed": 4} for s in every]  # a second episode: positions are per episode
+    states = every + other
+    config = replace(load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds="note", grpo_states="all"),
+                     grpo_skip_samples=1, grpo_generations=4)
+    notes = grpo_train_states(states, config)
+    assert notes and {s["called"] for s in notes} == {"note"}
+    leading = grpo_train_states(states, replace(config, grpo_lead_states=True))
+    places = {(s["seed"], s["position"]) for s in notes}
+    expected = places | {(seed, position - 1) for seed, position in places}
+    assert [(s["seed"], s["position"]) for s in leading] == [(s["seed"], s["position"]) for s in states if (s["seed"], s["position"]) in expected]
+    added = [s for s in leading if s["called"] != "note"]
+    assert added and len(leading) < len(states)  # the calls before the notes, and no others
+    with pytest.raises(UserError, match="--grpo-lead-states"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_lead_states=True, grpo_states="consulting")
