@@ -350,6 +350,27 @@ def _policy(model: Any, tokenizer: Any, config: ReproduceConfig, *, temperature:
                               one_line_calls=True)
 
 
+def _expert(config: ReproduceConfig) -> Any:
+    """``expert(env)``: the scripted expert the run imitates, with the run's settings."""
+    from evoharness_bpe.lab.policies import ExpertPolicy
+
+    return partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=config.expert_lean_rate, seed=config.seed,
+                   note_before_commit=config.expert_note_before_commit)
+
+
+def _budget_problems(config: ReproduceConfig, stages: Sequence[str], tokenizer: Any, prefill: str) -> list[str]:
+    """`budgets.budget_problems` for the expert's episodes of the held-out seeds at every difficulty
+    the run evaluates (the scripted expert, not the policy: milliseconds an episode)."""
+    from .budgets import budget_problems, expert_needs
+    from .grpo import CHAT_TEMPLATE_KWARGS
+
+    levels = set(config.levels()) | (set(_ints(config.grpo_eval_difficulties)) if "grpo" in stages else set())
+    seeds = {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in sorted(levels)}
+    traces = [play(None) for play in _jobs(config, seeds, max_steps=400, per_env=_expert(config))]
+    needs = expert_needs(traces, tokenizer, prefill, CHAT_TEMPLATE_KWARGS)
+    return budget_problems(needs, config.max_steps, config.max_new_tokens)
+
+
 def _jobs(config: ReproduceConfig, seeds: dict[int, list[int]], *, max_steps: int | None = None, per_env: Any = None) -> list[Any]:
     """One ``job(policy) -> Trace`` per seed: an episode of the core loop (with ``per_env(env)``
     as its policy instead, when given: a scripted expert reads its environment)."""
@@ -832,7 +853,6 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     import torch
 
     from evoharness_bpe import read_traces
-    from evoharness_bpe.lab.policies import ExpertPolicy
 
     from .continuation import consulting_states, state_rows, successful_states
     from .datasets import traces_to_sft_dataset
@@ -864,9 +884,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     def expert() -> dict[str, Any]:
         seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
-        policy = partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=config.expert_lean_rate, seed=config.seed,
-                         note_before_commit=config.expert_note_before_commit)
-        traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=policy)  # never cut
+        traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=_expert(config))  # never cut
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
                 "successes": sum(bool(t.outcome.success) for t in traces)}
 
@@ -878,6 +896,9 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
                                     eval_fraction=0.0, seed=config.seed)
     model, tokenizer = _base_model(config, out, dataset)
     log(f"policy: {config.model}, {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary {len(tokenizer)}")
+    budget = _budget_problems(config, stages, tokenizer, _policy(model, tokenizer, config).prefill)
+    for problem in budget:
+        log(f"budget: {problem}")
 
     results: list[dict[str, Any]] = []
     if "raw" in stages:
@@ -950,6 +971,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         "sft": sft_metrics,
         "grpo_curve": reward_log,
         "grpo_selection": selection_log,
+        "budget_problems": budget,
         "stage_wall_s": dict(folder.wall),
         "wall_s": round(sum(folder.wall.values()), 1),
         "wall_s_this_process": round(time.perf_counter() - started, 1),

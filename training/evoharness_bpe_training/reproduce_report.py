@@ -77,6 +77,7 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
                          + " | ".join(f"{by.get(a, 0):.1f}" for a in _META)
                          + f" | {v['env_steps']:.1f} | {v['meta_per_env_step']:.3f} | {v['harness_tokens']:.0f} | "
                          f"{v['invalid_actions']:.1f} | {v['prompt_tokens_mean']:.0f} / {v['prompt_tokens_max']} |")
+    lines += [line for problem in summary.get("budget_problems") or [] for line in ("", f"Budget: {problem}.")]
     lines += _exploration_lines(summary.get("grpo_curve") or [])
     lines += _selection_lines(summary.get("grpo_selection") or [])
     lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]

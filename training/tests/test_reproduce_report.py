@@ -41,3 +41,14 @@ def test_the_report_lists_grpos_validations_and_the_kept_update(tmp_path) -> Non
     assert "the stage kept the weights of update 3" in text
     rows = [line for line in text.splitlines() if line.startswith("| 3 |") or line.startswith("| 6 |")]
     assert rows == ["| 3 | 0.520 | 0.70 | 6.1 | yes |", "| 6 | 0.100 | 0.20 | 3.0 |  |"]
+
+
+def test_the_report_says_which_budget_cuts_a_difficulty(tmp_path) -> None:  # noqa: ANN001
+    from evoharness_bpe_training.reproduce_report import write_report
+
+    summary = {"config": {"model": "smollm2-135m", "env": "crm-migration", "eval_episodes": 10}, "wall_s": 60.0,
+               "results": [], "targets": []}
+    assert "Budget:" not in write_report(summary, tmp_path).read_text()
+    problem = "difficulty 2: the expert's 10 held-out episodes need replies of up to 197 tokens (--max-new-tokens 128)"
+    text = write_report({**summary, "budget_problems": [problem]}, tmp_path).read_text()
+    assert f"Budget: {problem}." in text.splitlines()
