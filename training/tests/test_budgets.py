@@ -47,3 +47,26 @@ def test_the_run_checks_every_difficulty_it_evaluates(tiny_tokenizer) -> None:
     problems = _budget_problems(config, ["raw", "sft", "grpo"], tokenizer, prefill)
     assert len(problems) == 1 and problems[0].startswith("difficulty 2:") and "(--max-steps 50)" in problems[0]
     assert _budget_problems(config, ["raw", "sft"], tokenizer, prefill) == []  # difficulty 2 is GRPO's evaluation only
+
+
+def test_the_presets_budgets_against_smollm2s_tokens() -> None:
+    """With SmolLM2's own tokenizer: the GPU preset, which trains difficulty 2, holds the expert's
+    episodes at both difficulties; the CPU preset trains difficulty 1 only, and its budgets cut
+    difficulty 2 (GRPO's evaluation there), in calls and in reply tokens."""
+    import inspect
+
+    from transformers import AutoTokenizer
+
+    from evoharness_bpe.lab.policies import TransformersPolicy
+    from evoharness_bpe_training.models import SMOLLM2_GGUF, smollm2_gguf_dir
+    from evoharness_bpe_training.reproduce import _budget_problems, load_reproduce_preset
+    from evoharness_bpe_training.tiny import qwen3_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF)
+    tokenizer.chat_template = qwen3_chat_template()
+    prefill = inspect.signature(TransformersPolicy).parameters["prefill"].default
+    stages = ["raw", "sft", "grpo"]
+    assert _budget_problems(load_reproduce_preset("smollm2-gpu"), stages, tokenizer, prefill) == []
+    problems = _budget_problems(load_reproduce_preset("cpu"), stages, tokenizer, prefill)
+    assert len(problems) == 1 and problems[0].startswith("difficulty 2:")
+    assert "(--max-steps 50)" in problems[0] and "(--max-new-tokens 128)" in problems[0]
