@@ -183,6 +183,38 @@ def test_crm_expert_notes_before_the_commit_when_asked() -> None:
     assert noted_last  # by default some episodes end with a note
 
 
+def test_crm_expert_tracks_the_unsent_ids_while_the_page_is_in_view() -> None:
+    """With `track_queue`, each batch that leaves ids of its page unsent is followed by a track of
+    exactly those ids (a range: they run in order), made while the page's ids are still among the
+    recent messages; the batch that follows sends them, and the episode still succeeds. Lean
+    episodes leave the track out."""
+    from evoharness_bpe.lab.policies.expert import id_range
+
+    assert id_range(["R0026", "R0027", "R0028"]) == "R0026..R0028"
+    assert id_range(["R0026", "R0028"]) == "R0026, R0028" and id_range(["R0026"]) == "R0026"
+    config = EpisodeConfig(harness="bpe", seed=0, max_steps=400, window=4, dashboard_tokens=280, spec_style="compact")
+    for level, pages in ((1, 1), (2, 4)):
+        env = make_env("crm-migration", level)
+        plain = run_episode(env, ExpertPolicy(env), None, config)
+        env = make_env("crm-migration", level)
+        trace = run_episode(env, ExpertPolicy(env, track_queue=True), None, config)
+        assert trace.outcome.success
+        calls = [(m.response["tool_calls"][0]["function"], m.messages) for m in trace.model_calls]
+        tracked = [i for i, (fn, _) in enumerate(calls) if fn["name"] == "track" and "records.next" in fn["arguments"]]
+        assert len(tracked) == pages  # one per page: after its first batch
+        assert [n for n in _crm_names(trace) if n != "track"] == [n for n in _crm_names(plain) if n != "track"]
+        for i in tracked:
+            value = json.loads(calls[i][0]["arguments"])["value"]
+            first, last = value.split("..")
+            view = " ".join(str(m.get("content")) for m in calls[i][1][1:])
+            assert first in view and last in view  # the page's ids are still in the window
+            sent = next(json.loads(fn["arguments"])["record_ids"] for fn, _ in calls[i:] if fn["name"] == "submit_batch")
+            assert (sent[0], sent[-1]) == (first, last)
+    env = make_env("crm-migration", 2)
+    lean = run_episode(env, ExpertPolicy(env, track_queue=True, lean_rate=1.0), None, config)
+    assert lean.outcome.success and "track" not in _crm_names(lean)
+
+
 def test_expert_skip_and_lean_rates_are_probabilities() -> None:
     env = make_env("crm-migration", 1)
     with pytest.raises(UserError, match="skip_rate"):

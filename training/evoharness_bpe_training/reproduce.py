@@ -90,6 +90,10 @@ class ReproduceConfig:
         "help": "The CRM expert notes a lesson before committing the batch that taught it (by default after): its last "
                 "meta-action is then a commit, every finish follows the commit that leaves nothing to do, and "
                 "leaving out a note never lands on finish."})
+    expert_track_queue: bool = field(default=False, metadata={
+        "help": "The CRM expert tracks the ids a batch leaves unsent (records.next, a range) while the page it read "
+                "is still in the window, so the next batch's ids are on the dashboard once the page has left it "
+                "(they show with --dashboard-tokens 280, not at 160)."})
     eval_episodes: int = field(default=10, metadata={"help": "Held-out episodes per stage and difficulty."})
     stages: str = field(default="raw,sft,grpo", metadata={"help": "Stages to evaluate."})
     window: int = field(default=4, metadata={"help": "Recent messages in each prompt."})
@@ -355,7 +359,7 @@ def _expert(config: ReproduceConfig) -> Any:
     from evoharness_bpe.lab.policies import ExpertPolicy
 
     return partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=config.expert_lean_rate, seed=config.seed,
-                   note_before_commit=config.expert_note_before_commit)
+                   note_before_commit=config.expert_note_before_commit, track_queue=config.expert_track_queue)
 
 
 def _budget_problems(config: ReproduceConfig, stages: Sequence[str], tokenizer: Any, prefill: str) -> list[str]:

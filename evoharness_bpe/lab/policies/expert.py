@@ -21,6 +21,12 @@ side.
 taught it is reported, before that batch's ``commit`` (by default the batch is committed first).
 The episode's last meta-action is then a commit: every ``finish`` follows the commit that leaves
 nothing to do, and no note is directly followed by ``finish``.
+
+``ExpertPolicy(env, track_queue=True)`` keeps the CRM migration's unsent ids in Belief: after each
+batch that leaves ids of a fetched page unsent, it first tracks them (``records.next``, a range
+such as ``R0026..R0050`` when they run in order), while the page it read is still among the recent
+messages. A policy that imitates it finds the next batch's ids on the dashboard once that page
+has left its window.
 """
 
 from __future__ import annotations
@@ -39,6 +45,20 @@ __all__ = ["ExpertPolicy", "EXPERTS"]
 
 META = frozenset({"track", "commit", "recall", "note"})
 Action = tuple[str, dict[str, Any]]
+QUEUE_KEY = "records.next"
+"""The Belief key under which ``track_queue`` keeps the CRM migration's unsent ids."""
+
+
+def id_range(ids: list[str]) -> str:
+    """`ids` as ``first..last`` when they are consecutive numbers under one prefix (``R0026..R0050``),
+    else joined by commas."""
+    parts = [re.fullmatch(r"(\D*)(\d+)", i) for i in ids]
+    if len(ids) > 1 and all(parts):
+        prefixes = {m.group(1) for m in parts if m}
+        numbers = [int(m.group(2)) for m in parts if m]
+        if len(prefixes) == 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+            return f"{ids[0]}..{ids[-1]}"
+    return ", ".join(ids)
 
 
 def _json(text: str) -> Any:
@@ -62,6 +82,7 @@ class _Brain:
         self.pending_note: str | None = None
         self.noted: set[str] = set()
         self.note_before_commit = False
+        self.track_queue = False
 
     def observe(self, name: str, args: dict[str, Any] | None, result: str) -> None:
         if name not in META:
@@ -134,6 +155,7 @@ class _CRMBrain(_Brain):
         self.wait_needed = 0
         self.to_report: list[tuple[list[str], str]] = []
         self.to_commit: list[str] = []
+        self.queue_tracked = True  # whether Belief holds the unsent ids (nothing unsent yet)
 
     def on_env_call(self) -> None:
         self.t += 1
@@ -142,7 +164,9 @@ class _CRMBrain(_Brain):
         body = _json(result)
         if isinstance(body, dict) and isinstance(body.get("t"), int):
             self.t = body["t"]
-        if name == "track":
+        if name == "track" and args.get("key") == QUEUE_KEY:
+            self.queue_tracked = True
+        elif name == "track":
             self.interval_tracked = True
         elif name == "commit" and not _is_error(result):
             if args.get("status") == "todo":
@@ -161,6 +185,7 @@ class _CRMBrain(_Brain):
             if status == 200:
                 sent = list(args.get("record_ids", []))
                 self.queue = [r for r in self.queue if r not in set(sent)]
+                self.queue_tracked = not self.queue
                 self.to_commit.append(f"batch {self.batch_id}")
                 self.batch_id += 1
                 self.last_submit = self.t
@@ -190,6 +215,8 @@ class _CRMBrain(_Brain):
         # the recent messages; lessons are noted after that (or, `note_before_commit`, before the commit).
         if "recall" in meta and not self.recalled:
             return self.meta_first(meta, self.RECALL_QUERY)  # type: ignore[return-value]
+        if self.track_queue and "track" in meta and not self.queue_tracked:
+            return "track", {"key": QUEUE_KEY, "value": id_range(self.queue), "source": "fetch_page"}
         if self.to_report:
             ids, reason = self.to_report[0]
             return "report_invalid", {"record_ids": ids, "reason": reason}
@@ -222,6 +249,9 @@ class _CRMBrain(_Brain):
         # Every commit stays: the dashboard's NEXT lists the batches not yet committed, and a policy
         # that reads it finishes when NEXT is empty. Without the last commit, the traces would
         # teach finishing while NEXT still lists a batch.
+        if action[0] == "track" and action[1].get("key") == QUEUE_KEY:
+            self.queue_tracked = True
+            return True
         if action[0] == "track":
             self.interval_tracked = True
             return True
@@ -360,7 +390,7 @@ class ExpertPolicy:
     """The scripted expert for a built-in environment (`env` is the environment it plays)."""
 
     def __init__(self, env: Any, *, skip_rate: float = 0.0, lean_rate: float = 0.0, seed: int = 0,
-                 note_before_commit: bool = False) -> None:
+                 note_before_commit: bool = False, track_queue: bool = False) -> None:
         if getattr(env, "name", None) not in EXPERTS:
             raise UserError(f"no expert for environment {getattr(env, 'name', env)!r}; experts exist for {', '.join(EXPERTS)}")
         if not 0.0 <= skip_rate < 1.0:
@@ -372,6 +402,7 @@ class ExpertPolicy:
         self.lean_rate = lean_rate
         self.seed = seed
         self.note_before_commit = note_before_commit
+        self.track_queue = track_queue
         self._rng: random.Random  # drawn per episode, when its first call arrives (`_ingest`)
         self.lean = False  # whether the current episode is played lean
         self._brain: _Brain | None = None
@@ -384,6 +415,7 @@ class ExpertPolicy:
         if last is None or self._brain is None:
             self._brain, self._seen = EXPERTS[self.env.name](task, self.env), None
             self._brain.note_before_commit = self.note_before_commit
+            self._brain.track_queue = self.track_queue
             episode = f"{self.seed}:{getattr(self.env, 'seed', '')}:{task}"
             self._rng = random.Random(episode)  # the episode's own draws
             self.lean = random.Random(f"lean:{episode}").random() < self.lean_rate
