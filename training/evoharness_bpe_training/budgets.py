@@ -2,8 +2,8 @@
 
 A held-out episode is cut after ``--max-steps`` model calls and each reply after
 ``--max-new-tokens`` tokens. At a difficulty where the scripted expert itself needs more (at
-difficulty 2 of `crm-migration` a batch is 25 ids, over 200 tokens of reply, and an episode up to
-53 calls), no policy can succeed the way it was taught, and a run that trains or evaluates there
+difficulty 2 of `crm-migration` a batch is 25 ids, a reply of 197 SmolLM2 tokens, and a held-out
+episode takes up to 55 calls), no policy can succeed the way it was taught, and a run that trains or evaluates there
 measures the budget, not the policy. `expert_needs` measures what the expert's episodes take;
 `budget_problems` says, in words, which budget falls short.
 """
