@@ -362,6 +362,11 @@ def _expert(config: ReproduceConfig) -> Any:
                    note_before_commit=config.expert_note_before_commit, track_queue=config.expert_track_queue)
 
 
+def _held_out_seeds(config: ReproduceConfig, levels: Sequence[int]) -> dict[int, list[int]]:
+    """Difficulty → the held-out seeds every stage is evaluated on."""
+    return {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in levels}
+
+
 def _budget_problems(config: ReproduceConfig, stages: Sequence[str], tokenizer: Any, prefill: str) -> list[str]:
     """`budgets.budget_problems` for the expert's episodes of the held-out seeds at every difficulty
     the run evaluates (the scripted expert, not the policy: milliseconds an episode)."""
@@ -369,8 +374,7 @@ def _budget_problems(config: ReproduceConfig, stages: Sequence[str], tokenizer: 
     from .grpo import CHAT_TEMPLATE_KWARGS
 
     levels = set(config.levels()) | (set(_ints(config.grpo_eval_difficulties)) if "grpo" in stages else set())
-    seeds = {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in sorted(levels)}
-    traces = [play(None) for play in _jobs(config, seeds, max_steps=400, per_env=_expert(config))]
+    traces = [play(None) for play in _jobs(config, _held_out_seeds(config, sorted(levels)), max_steps=400, per_env=_expert(config))]
     needs = expert_needs(traces, tokenizer, prefill, CHAT_TEMPLATE_KWARGS)
     return budget_problems(needs, config.max_steps, config.max_new_tokens)
 
@@ -471,7 +475,7 @@ def _evaluate(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, o
     from .speed import inference_copy
 
     started = time.perf_counter()
-    seeds = {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in (levels or config.levels())}
+    seeds = _held_out_seeds(config, levels or config.levels())
     policy = _policy(inference_copy(model, precision), tokenizer, config)
     traces = _play(policy, config, seeds, out / f"eval-{stage}.jsonl", log=log, stage=stage)
     summary = _summary(stage, traces, time.perf_counter() - started)
