@@ -9,7 +9,8 @@ appears in the prompt the model would see: the system prompt with its dashboard
 and the last `window` messages. A value outside it has to be inferred or remembered, not copied
 (a `crm-migration` batch's ids once its page has left the window). With ``--tokens`` it also
 prints the SFT data the expert's training episodes would give at that window, in SmolLM2 tokens
-(the row count does not change with the window; the prompts do). No model runs: seconds.
+(the row count does not change with the window; the prompts do; the totals move by a few dozen
+tokens between runs, as the harness's note ids are random). No model runs: seconds.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def sft_tokens(traces: list[Any], tokenizer: Any) -> tuple[int, int, int]:
 
 
 def main() -> None:
-    from evoharness_bpe_training.reproduce import _expert, _held_out_seeds, _jobs, load_reproduce_preset
+    from evoharness_bpe_training.models import smollm2_tokenizer
+    from evoharness_bpe_training.reproduce import _expert_traces, _held_out_seeds, _training_seeds, load_reproduce_preset
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu")
@@ -76,27 +78,16 @@ def main() -> None:
     parser.add_argument("--train-episodes", default="16,4", help="the expert's training episodes per difficulty (--tokens)")
     parser.add_argument("--tokens", action="store_true", help="also count the SFT data's SmolLM2 tokens")
     args = parser.parse_args()
-    tokenizer = None
-    if args.tokens:
-        from transformers import AutoTokenizer
-
-        from evoharness_bpe_training.models import SMOLLM2_GGUF, smollm2_gguf_dir
-        from evoharness_bpe_training.tiny import qwen3_chat_template
-
-        tokenizer = AutoTokenizer.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF)
-        tokenizer.chat_template = qwen3_chat_template()
+    tokenizer = smollm2_tokenizer() if args.tokens else None
     base = load_reproduce_preset(args.preset, difficulties=args.difficulties, train_episodes=args.train_episodes)
     levels = [int(level) for level in args.difficulties.split(",")]
     print(f"window | {' | '.join(f'difficulty {level}: actions with every listed value in the prompt' for level in levels)}"
           + (" | SFT rows, tokens, median row" if tokenizer else ""))
     for window in (int(w) for w in args.windows.split(",")):
         config = dataclasses.replace(base, window=window)
-        held_out = [play(None) for play in _jobs(config, _held_out_seeds(config, levels), max_steps=400, per_env=_expert(config))]
-        cells = [f"{seen}/{total}" for seen, total in reach(held_out).values()]
+        cells = [f"{seen}/{total}" for seen, total in reach(_expert_traces(config, _held_out_seeds(config, levels))).values()]
         if tokenizer is not None:
-            seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
-            training = [play(None) for play in _jobs(config, seeds, max_steps=400, per_env=_expert(config))]
-            rows, tokens, median = sft_tokens(training, tokenizer)
+            rows, tokens, median = sft_tokens(_expert_traces(config, _training_seeds(config)), tokenizer)
             cells.append(f"{rows}, {tokens:,}, {median:,}")
         print(f"{window} | {' | '.join(cells)}", flush=True)
 

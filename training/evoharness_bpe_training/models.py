@@ -9,7 +9,7 @@ from typing import Any
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.policies.transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, embedded_model_dir
 
-__all__ = ["SMOLLM2_GGUF", "PRESET_MODELS", "smollm2_gguf_dir", "model_folder_problem", "load_model_and_tokenizer"]
+__all__ = ["SMOLLM2_GGUF", "PRESET_MODELS", "smollm2_gguf_dir", "smollm2_tokenizer", "model_folder_problem", "load_model_and_tokenizer"]
 
 SMOLLM2_GGUF = EMBEDDED_GGUF
 
@@ -20,6 +20,18 @@ def smollm2_gguf_dir() -> Path:
     if folder is None:
         raise UserError(f"SmolLM2 is not installed: {INSTALL_EMBEDDED}")
     return Path(folder)
+
+
+def smollm2_tokenizer() -> Any:
+    """SmolLM2-135M-Instruct's tokenizer from the embedded GGUF, with Qwen3's chat template (ChatML
+    with a tool section, which SmolLM2's own template lacks): what the policy's tokens are counted in."""
+    from transformers import AutoTokenizer
+
+    from .tiny import qwen3_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF)
+    tokenizer.chat_template = qwen3_chat_template()
+    return tokenizer
 
 
 def _trainable(model: Any) -> Any:
@@ -75,7 +87,7 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .tiny import build_tiny_model, qwen3_chat_template
+    from .tiny import build_tiny_model
 
     torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, str(dtype), None)
     if torch_dtype != "auto" and not isinstance(torch_dtype, torch.dtype):
@@ -87,10 +99,8 @@ def load_model_and_tokenizer(name: str, *, dtype: str = "float32", gguf_file: st
         else:
             model, tokenizer = build_tiny_model(cache_dir)
     elif name in ("smollm2-135m", "smollm2"):
-        folder = smollm2_gguf_dir()
-        model = _trainable(AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype))
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-        tokenizer.chat_template = qwen3_chat_template()
+        model = _trainable(AutoModelForCausalLM.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF, dtype=torch_dtype))
+        tokenizer = smollm2_tokenizer()
     else:
         path = Path(name)
         problem = model_folder_problem(name)

@@ -367,6 +367,16 @@ def _held_out_seeds(config: ReproduceConfig, levels: Sequence[int]) -> dict[int,
     return {level: [HELD_OUT + s for s in range(config.eval_episodes)] for level in levels}
 
 
+def _training_seeds(config: ReproduceConfig) -> dict[int, list[int]]:
+    """Difficulty → the seeds of the expert's training episodes."""
+    return {level: list(range(n)) for level, n in config.episodes_per_level().items()}
+
+
+def _expert_traces(config: ReproduceConfig, seeds: dict[int, list[int]]) -> list[Any]:
+    """The scripted expert's episodes of `seeds`, never cut, kept in memory (milliseconds an episode)."""
+    return [play(None) for play in _jobs(config, seeds, max_steps=400, per_env=_expert(config))]
+
+
 def _budget_problems(config: ReproduceConfig, stages: Sequence[str], tokenizer: Any, prefill: str) -> list[str]:
     """`budgets.budget_problems` for the expert's episodes of the held-out seeds at every difficulty
     the run evaluates (the scripted expert, not the policy: milliseconds an episode)."""
@@ -374,8 +384,7 @@ def _budget_problems(config: ReproduceConfig, stages: Sequence[str], tokenizer: 
     from .grpo import CHAT_TEMPLATE_KWARGS
 
     levels = set(config.levels()) | (set(_ints(config.grpo_eval_difficulties)) if "grpo" in stages else set())
-    traces = [play(None) for play in _jobs(config, _held_out_seeds(config, sorted(levels)), max_steps=400, per_env=_expert(config))]
-    needs = expert_needs(traces, tokenizer, prefill, CHAT_TEMPLATE_KWARGS)
+    needs = expert_needs(_expert_traces(config, _held_out_seeds(config, sorted(levels))), tokenizer, prefill, CHAT_TEMPLATE_KWARGS)
     return budget_problems(needs, config.max_steps, config.max_new_tokens)
 
 
@@ -891,8 +900,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         f"load {machine['load_at_start']}")
 
     def expert() -> dict[str, Any]:
-        seeds = {level: list(range(n)) for level, n in config.episodes_per_level().items()}
-        traces = _play(None, config, seeds, out / "expert.jsonl", max_steps=400, per_env=_expert(config))  # never cut
+        traces = _play(None, config, _training_seeds(config), out / "expert.jsonl", max_steps=400, per_env=_expert(config))  # never cut
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
                 "successes": sum(bool(t.outcome.success) for t in traces)}
 

@@ -15,13 +15,12 @@ def tiny_tokenizer():
 def test_the_expert_needs_longer_episodes_and_replies_at_difficulty_2(tiny_tokenizer) -> None:
     from evoharness_bpe_training.budgets import budget_problems, expert_needs
     from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
-    from evoharness_bpe_training.reproduce import HELD_OUT, _expert, _jobs, _policy, load_reproduce_preset
+    from evoharness_bpe_training.reproduce import HELD_OUT, _expert_traces, _policy, load_reproduce_preset
 
     model, tokenizer = tiny_tokenizer
     config = load_reproduce_preset("cpu")
     prefill = _policy(model, tokenizer, config).prefill
-    traces = [play(None) for play in _jobs(config, {1: [HELD_OUT], 2: [HELD_OUT, HELD_OUT + 1]}, max_steps=400,
-                                           per_env=_expert(config))]
+    traces = _expert_traces(config, {1: [HELD_OUT], 2: [HELD_OUT, HELD_OUT + 1]})
     one, two = expert_needs(traces, tokenizer, prefill, CHAT_TEMPLATE_KWARGS)
     assert (one.difficulty, one.episodes, two.difficulty, two.episodes) == (1, 1, 2, 2)
     assert one.calls == len(traces[0].model_calls) and two.calls == max(len(t.model_calls) for t in traces[1:])
@@ -55,15 +54,11 @@ def test_the_presets_budgets_against_smollm2s_tokens() -> None:
     difficulty 2 (GRPO's evaluation there), in calls and in reply tokens."""
     import inspect
 
-    from transformers import AutoTokenizer
-
     from evoharness_bpe.lab.policies import TransformersPolicy
-    from evoharness_bpe_training.models import SMOLLM2_GGUF, smollm2_gguf_dir
+    from evoharness_bpe_training.models import smollm2_tokenizer
     from evoharness_bpe_training.reproduce import _budget_problems, load_reproduce_preset
-    from evoharness_bpe_training.tiny import qwen3_chat_template
 
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF)
-    tokenizer.chat_template = qwen3_chat_template()
+    tokenizer = smollm2_tokenizer()
     prefill = inspect.signature(TransformersPolicy).parameters["prefill"].default
     stages = ["raw", "sft", "grpo"]
     assert _budget_problems(load_reproduce_preset("smollm2-gpu"), stages, tokenizer, prefill) == []
