@@ -411,7 +411,6 @@ def _play(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], pat
     """Play `seeds` (difficulty → seeds) with `policy` through the core loop and write the traces:
     side by side (`Lockstep`, one batched generation per round) when `config.lockstep` is on and
     the policy batches, else one episode after another."""
-    from evoharness_bpe import TraceWriter
     from evoharness_bpe.lab.runner.lockstep import Lockstep
 
     from .stages import Progress
@@ -438,10 +437,16 @@ def _play(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], pat
         traces = Lockstep(policy, max_batch=config.eval_batch or None, on_round=round_done).play([finished(job) for job in jobs])
     else:
         traces = [finished(job)(policy) for job in jobs]
+    _write_traces(path, traces)
+    return traces
+
+
+def _write_traces(path: Path, traces: list[Any]) -> None:
+    from evoharness_bpe import TraceWriter
+
     with TraceWriter(path) as writer:
         for trace in traces:
             writer.write(trace)
-    return traces
 
 
 def _summary(stage: str, traces: list[Any], wall_s: float) -> dict[str, Any]:
@@ -900,7 +905,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         f"load {machine['load_at_start']}")
 
     def expert() -> dict[str, Any]:
-        traces = _play(None, config, _training_seeds(config), out / "expert.jsonl", max_steps=400, per_env=_expert(config))  # never cut
+        traces = _expert_traces(config, _training_seeds(config))
+        _write_traces(out / "expert.jsonl", traces)
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
                 "successes": sum(bool(t.outcome.success) for t in traces)}
 
