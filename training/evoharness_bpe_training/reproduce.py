@@ -86,6 +86,11 @@ class ReproduceConfig:
                                                                     "the meta-actions it can do without (the rest in full): every "
                                                                     "trace consistent with itself, the consulting and the lean way of "
                                                                     "the same task side by side, in their proportion."})
+    expert_lean_episodes: int = field(default=0, metadata={"help": "More expert episodes per difficulty, on the seeds after "
+                                                                     "--train-episodes' own, each played lean (without the "
+                                                                     "meta-actions it can do without): the cheap way added beside "
+                                                                     "every full episode instead of replacing some of them "
+                                                                     "(--expert-lean-rate)."})
     expert_note_before_commit: bool = field(default=False, metadata={
         "help": "The CRM expert notes a lesson before committing the batch that taught it (by default after): its last "
                 "meta-action is then a commit, every finish follows the commit that leaves nothing to do, and "
@@ -235,6 +240,8 @@ class ReproduceConfig:
             raise UserError(f"--expert-skip-rate is a probability below 1, got {self.expert_skip_rate}")
         if not 0.0 <= self.expert_lean_rate <= 1.0:
             raise UserError(f"--expert-lean-rate is a probability, got {self.expert_lean_rate}")
+        if self.expert_lean_episodes < 0:
+            raise UserError(f"--expert-lean-episodes must be 0 or more, got {self.expert_lean_episodes}")
         if self.grpo_generations < 2:
             raise UserError("--grpo-generations must be at least 2: GRPO compares actions within a group")
         unknown = sorted(set(self.skip_kinds()) - set(META_ACTIONS))
@@ -354,11 +361,13 @@ def _policy(model: Any, tokenizer: Any, config: ReproduceConfig, *, temperature:
                               one_line_calls=True)
 
 
-def _expert(config: ReproduceConfig) -> Any:
-    """``expert(env)``: the scripted expert the run imitates, with the run's settings."""
+def _expert(config: ReproduceConfig, *, lean: bool = False) -> Any:
+    """``expert(env)``: the scripted expert the run imitates, with the run's settings (every
+    episode played lean with `lean`)."""
     from evoharness_bpe.lab.policies import ExpertPolicy
 
-    return partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=config.expert_lean_rate, seed=config.seed,
+    lean_rate = 1.0 if lean else config.expert_lean_rate
+    return partial(ExpertPolicy, skip_rate=config.expert_skip_rate, lean_rate=lean_rate, seed=config.seed,
                    note_before_commit=config.expert_note_before_commit, track_queue=config.expert_track_queue)
 
 
@@ -372,9 +381,16 @@ def _training_seeds(config: ReproduceConfig) -> dict[int, list[int]]:
     return {level: list(range(n)) for level, n in config.episodes_per_level().items()}
 
 
-def _expert_traces(config: ReproduceConfig, seeds: dict[int, list[int]]) -> list[Any]:
-    """The scripted expert's episodes of `seeds`, never cut, kept in memory (milliseconds an episode)."""
-    return [play(None) for play in _jobs(config, seeds, max_steps=400, per_env=_expert(config))]
+def _lean_seeds(config: ReproduceConfig) -> dict[int, list[int]]:
+    """Difficulty → the seeds of the expert's added lean episodes (``--expert-lean-episodes``),
+    those after the level's training seeds."""
+    return {level: list(range(n, n + config.expert_lean_episodes)) for level, n in config.episodes_per_level().items()}
+
+
+def _expert_traces(config: ReproduceConfig, seeds: dict[int, list[int]], *, lean: bool = False) -> list[Any]:
+    """The scripted expert's episodes of `seeds` (each played lean with `lean`), never cut, kept
+    in memory (milliseconds an episode)."""
+    return [play(None) for play in _jobs(config, seeds, max_steps=400, per_env=_expert(config, lean=lean))]
 
 
 def _budget_problems(config: ReproduceConfig, stages: Sequence[str], tokenizer: Any, prefill: str) -> list[str]:
@@ -906,9 +922,11 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     def expert() -> dict[str, Any]:
         traces = _expert_traces(config, _training_seeds(config))
+        added = _expert_traces(config, _lean_seeds(config), lean=True) if config.expert_lean_episodes else []
+        traces += added
         _write_traces(out / "expert.jsonl", traces)
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
-                "successes": sum(bool(t.outcome.success) for t in traces)}
+                "successes": sum(bool(t.outcome.success) for t in traces), "lean_added": len(added)}
 
     record = folder.run("expert", expert, log)
     log(f"expert: {record['episodes']} episodes, {record['model_calls']} model calls, {record['successes']} successes")

@@ -116,6 +116,31 @@ def test_reproduce_records_lean_expert_episodes_when_asked(tmp_path: Path) -> No
     assert shared_stages({"expert_lean_rate": 0.0}, {"expert_lean_rate": 0.3}) == []
 
 
+def _calls(trace: Any) -> list[str]:
+    """The tools an episode's replies called, in order."""
+    return [c["function"]["name"] for call in trace.model_calls for c in call.response.get("tool_calls") or []]
+
+
+def test_reproduce_adds_lean_expert_episodes_beside_the_full_ones_when_asked(tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import load_reproduce_preset, shared_stages
+
+    full = _expert_traces(tmp_path / "full")
+    both = _expert_traces(tmp_path / "both", expert_lean_episodes=2)
+    per_level = load_reproduce_preset("tiny", out=str(tmp_path)).episodes_per_level()
+    assert len(both) == len(full) + 2 * len(per_level)
+    kept = [t for t in both if t.metadata["seed"] < per_level[t.metadata["difficulty"]]]
+    added = [t for t in both if t not in kept]
+    assert [_calls(t) for t in kept] == [_calls(t) for t in full]  # every full episode plays as it did
+    assert sorted((t.metadata["difficulty"], t.metadata["seed"]) for t in added) == sorted(
+        (level, n + i) for level, n in per_level.items() for i in range(2))  # the seeds after each level's training ones
+    assert all(t.outcome.success for t in added)
+    assert all({a.name for a in t.meta_actions} == {"commit"} for t in added)  # no recall, note or track
+    assert any({a.name for a in t.meta_actions} > {"commit"} for t in kept)
+    with pytest.raises(UserError, match="expert-lean-episodes"):
+        load_reproduce_preset("tiny", out=str(tmp_path), expert_lean_episodes=-1)
+    assert shared_stages({"expert_lean_episodes": 0}, {"expert_lean_episodes": 4}) == []
+
+
 def test_reproduce_records_an_expert_that_notes_before_committing_when_asked(tmp_path: Path) -> None:
     from evoharness_bpe_training.reproduce import shared_stages
 
