@@ -922,7 +922,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     def expert() -> dict[str, Any]:
         traces = _expert_traces(config, _training_seeds(config))
-        added = _expert_traces(config, _lean_seeds(config), lean=True) if config.expert_lean_episodes else []
+        added = _expert_traces(config, _lean_seeds(config), lean=True)  # none without --expert-lean-episodes
         traces += added
         _write_traces(out / "expert.jsonl", traces)
         return {"episodes": len(traces), "model_calls": sum(len(t.model_calls) for t in traces),
