@@ -35,10 +35,10 @@ from evoharness_bpe.lab.policies.transformers import close_call
 from evoharness_bpe.lab.runner.core import run_episode
 from evoharness_bpe.lab.runner.lockstep import Lockstep
 
-from .rewards import CostWeights, RolloutCost, cost_aware_score, flatten_uniform_groups, lift_failed_skips
+from .rewards import CostWeights, RolloutCost, cost_aware_score, decoupled_parts, flatten_uniform_groups, lift_failed_skips
 
 __all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "episode_cost", "ContinuationReward", "reply_from_text",
-           "reference_scorer"]
+           "reference_scorer", "DecoupledReward"]
 
 ChatMessage = dict[str, Any]
 
@@ -184,6 +184,8 @@ class ContinuationReward:
     """A group (a state's samples) that all succeeded or all failed scores its mean
     (`flatten_uniform_groups`): only groups where the action decided the outcome teach."""
     __name__: str = "continuation_reward"
+    last_batch: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The records, groups and forced flags of the batch scored last (`DecoupledReward` splits them)."""
     _scored: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, seed: Sequence[int],
@@ -225,6 +227,7 @@ class ContinuationReward:
             rewards = lift_failed_skips(rewards, groups, forced)
         if self.skip_uniform_groups:
             rewards = flatten_uniform_groups(rewards, groups, [record["success"] for record in records])
+        self.last_batch = {"records": records, "groups": groups, "forced": forced}
         for n, record in enumerate(records):
             # what the recorded policy called in this state: a sample that acts where it consulted explores skipping
             self.log.append({**record, **({"state_called": called[n]} if called is not None else {}),
@@ -263,3 +266,37 @@ class ContinuationReward:
             if self.lockstep and hasattr(self.policy, "complete_batch") and len(jobs) > 1:
                 return Lockstep(self.policy).play(jobs)
             return [play(self.policy) for play in jobs]
+
+
+@dataclass
+class DecoupledReward:
+    """`reward`'s cost-aware score as two TRL reward functions, the task part and the cost part
+    (`decoupled_parts`), for ``multi_objective_aggregation="normalize_then_sum"`` (GDPO): each part
+    is normalized within its group before they are summed, so a rollout that succeeds with one
+    meta-call fewer than its group's others gains a unit of advantage, not λ against the step's
+    spread of successes and failures.
+
+    TRL calls its reward functions in order on the same batch: `task` plays and scores the
+    continuations (logging them as `reward` does), `cost` returns the parts it kept.
+    """
+
+    reward: ContinuationReward
+    _cost: list[float] | None = field(default=None, repr=False)
+
+    def functions(self) -> list[Callable[..., list[float]]]:
+        """``[task, cost]``, named for TRL's logs."""
+        def task_part(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+            self.reward(prompts, completions, **kwargs)
+            batch = self.reward.last_batch
+            task, self._cost = decoupled_parts(batch["records"], batch["groups"], self.reward.weights, forced=batch["forced"],
+                                               pull_only=self.reward.skips_pull_only)
+            return task
+
+        def cost_part(prompts: Sequence[Any], completions: Sequence[Any], **_: Any) -> list[float]:
+            cost, self._cost = self._cost, None
+            if cost is None or len(cost) != len(completions):
+                raise UserError("the cost part reads the batch the task part scored: pass DecoupledReward.functions() to the "
+                                "trainer in their order, task first")
+            return cost
+
+        return [task_part, cost_part]

@@ -61,7 +61,8 @@ VALIDATION = 20_000
 """Validation seeds (`--grpo-select-every`) start here: apart from the training and held-out ones."""
 _CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "compact-tools-first", "qwen3"), "sft_loss": ("completion", "full"),
                                         "grpo_states": ("all", "consulting"), "grpo_lr_schedule": ("linear", "constant"),
-                                        "reward": ("cost", "reference"), "grpo_scale_rewards": ("group", "batch", "none")}
+                                        "reward": ("cost", "reference"), "grpo_scale_rewards": ("group", "batch", "none"),
+                                        "grpo_aggregation": ("sum", "decoupled")}
 
 
 def _ints(text: object) -> list[int]:
@@ -168,6 +169,15 @@ class ReproduceConfig:
         "help": "What divides a sample's advantage (its reward minus its group's mean): `group`, the group's standard "
                 "deviation (GRPO's; a group that all succeeds teaches a saving of λ as hard as a failure); `batch`, the "
                 "step's (a saving counts as its size against a failure's); `none`."})
+    grpo_aggregation: str = field(default="sum", metadata={
+        "help": "`sum`: one reward (success minus the prices), its advantage scaled per --grpo-scale-rewards; `decoupled`: "
+                "the task part (success minus invalid actions) and the cost part (λ per meta-call and μ per token of a "
+                "rollout that succeeded; a failed one scores its group's successes' mean) each normalized within its "
+                "group, then summed with --grpo-cost-weight and scaled by the step's spread (GDPO, TRL's "
+                "normalize_then_sum): a success with one meta-call fewer than its group's others gains a unit of "
+                "advantage, not λ against the spread of successes and failures. Needs --reward cost."})
+    grpo_cost_weight: float = field(default=1.0, metadata={"help": "Weight of the cost part against the task part's 1 "
+                                                                     "(--grpo-aggregation decoupled)."})
     grpo_states: str = field(default="all", metadata={"help": "`all` states of the SFT policy's episodes, or `consulting`: those where it "
                                                                "called a meta-action (where annealing decides)."})
     grpo_lead_states: bool = field(default=False, metadata={
@@ -250,6 +260,14 @@ class ReproduceConfig:
         if self.grpo_skip_samples >= self.grpo_generations:
             raise UserError(f"--grpo-skip-samples ({self.grpo_skip_samples}) must leave at least one sampled action in groups of "
                             f"--grpo-generations {self.grpo_generations}")
+        if self.grpo_aggregation == "decoupled" and self.reward != "cost":
+            raise UserError("--grpo-aggregation decoupled splits the cost-aware reward in its task and cost parts; "
+                            "--reward reference is one composite score (use --reward cost)")
+        if self.grpo_aggregation == "decoupled" and self.grpo_skip_uniform_groups:
+            raise UserError("--grpo-skip-uniform-groups flattens the groups that all succeeded, where the decoupled cost "
+                            "part is all that teaches: leave one of them out")
+        if self.grpo_cost_weight <= 0:
+            raise UserError(f"--grpo-cost-weight must be above 0, got {self.grpo_cost_weight}")
         if self.grpo_lead_states and self.grpo_states != "all":
             raise UserError("--grpo-lead-states trains the states where the policy acted before consulting; "
                             "--grpo-states consulting leaves none of them (use --grpo-states all)")
@@ -320,7 +338,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
                      "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "grpo_lead_states", "use_vllm",
-                     "grpo_select_every", "grpo_select_episodes"),
+                     "grpo_select_every", "grpo_select_episodes", "grpo_aggregation", "grpo_cost_weight"),
                     "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }
@@ -656,7 +674,8 @@ def grpo_validation(config: ReproduceConfig, out: Path, precision: str, tokenize
 
 def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer: Any) -> Any:
     """TRL's `GRPOConfig` for the run's GRPO stage: one group of --grpo-generations per state, the
-    run's sampling, advantage scaling and learning-rate settings, and its KL term (`grpo_beta`; 0: none)."""
+    run's sampling, advantage scaling (with --grpo-aggregation decoupled, the two reward parts
+    normalized apart) and learning-rate settings, and its KL term (`grpo_beta`; 0: none)."""
     from trl import GRPOConfig
 
     batch = config.grpo_states_per_step * config.grpo_generations
@@ -670,6 +689,8 @@ def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer
         max_completion_length=config.max_new_tokens,
         temperature=config.grpo_temperature,
         scale_rewards=config.grpo_scale_rewards,
+        **({"multi_objective_aggregation": "normalize_then_sum", "reward_weights": [1.0, config.grpo_cost_weight]}
+           if config.grpo_aggregation == "decoupled" else {}),
         beta=config.grpo_beta,
         logging_steps=1,
         use_vllm=config.use_vllm,
@@ -686,6 +707,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     from trl import GRPOTrainer
 
     from .callbacks import MetricsFileCallback
+    from .continuation import DecoupledReward
     from .exploration import SkipExploration
     from .selection import BestOnValidation
     from .sft import quiet_trainer
@@ -713,7 +735,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
         warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[reward],
+            reward_funcs=DecoupledReward(reward).functions() if config.grpo_aggregation == "decoupled" else [reward],
             args=args,
             train_dataset=Dataset.from_list(states),
             processing_class=tokenizer,

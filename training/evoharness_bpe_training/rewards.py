@@ -19,7 +19,7 @@ from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.text import approx_tokens
 
 __all__ = ["CostWeights", "RolloutCost", "cost_aware_score", "rollout_cost_from_messages", "cost_aware_reward", "make_cost_aware_reward",
-           "lift_failed_skips", "flatten_uniform_groups", "group_members"]
+           "lift_failed_skips", "flatten_uniform_groups", "group_members", "decoupled_parts"]
 
 
 @dataclass(frozen=True)
@@ -210,3 +210,33 @@ def flatten_uniform_groups(rewards: Sequence[float], groups: Sequence[Any], succ
             for n in indices:
                 flat[n] = mean
     return flat
+
+
+def decoupled_parts(records: Sequence[dict[str, Any]], groups: Sequence[Any], weights: CostWeights, *,
+                    forced: Sequence[bool] | None = None, pull_only: bool = False) -> tuple[list[float], list[float]]:
+    """The cost-aware reward of each scored rollout split in two parts, for normalizing each within its
+    group before they are summed (GDPO; TRL's ``multi_objective_aggregation="normalize_then_sum"``).
+
+    The task part is success minus the price of invalid actions; with `pull_only`, an injected
+    (`forced`) sample below the rest of its group is lifted to their mean (`lift_failed_skips`). The
+    cost part is minus the price of harness use (λ per meta-call, μ per harness token) of a rollout
+    that succeeded; a failed one scores the mean of its group's successes (0 where none succeeded),
+    so the cost part ranks successes against each other alone and a failure never gains by having
+    consulted less. Each `records` item holds ``success``, ``meta_calls``, ``harness_tokens`` and
+    ``invalid`` (`ContinuationReward.log`'s records).
+    """
+    if len(records) != len(groups) or (forced is not None and len(forced) != len(records)):
+        raise UserError(f"decoupled_parts takes one group (and forced flag) per record, got {len(records)} records and "
+                        f"{len(groups)} groups")
+    task = [float(r["success"]) - weights.invalid_penalty * int(r["invalid"]) for r in records]
+    if pull_only and forced is not None:
+        task = lift_failed_skips(task, groups, forced)
+    succeeded = [float(r["success"]) > 0 for r in records]
+    cost = [-(weights.lam * int(r["meta_calls"]) + weights.mu * int(r["harness_tokens"])) for r in records]
+    for indices in group_members(groups).values():
+        paid = [cost[n] for n in indices if succeeded[n]]
+        neutral = sum(paid) / len(paid) if paid else 0.0
+        for n in indices:
+            if not succeeded[n]:
+                cost[n] = neutral
+    return task, cost

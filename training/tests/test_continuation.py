@@ -266,3 +266,34 @@ def test_a_failed_skip_scores_its_group_mean_and_a_paying_one_keeps_its_reward(e
     assert lifted[4:] == played[4:] and played[4] == played[5]  # the second state's skip is not below the rest of its group
     assert reward.log[3]["reward"] == pytest.approx(level) and reward.log[3]["scored"] == bad_score
     assert "scored" not in reward.log[0]
+
+
+def test_decoupled_reward_splits_each_scored_batch_in_its_task_and_cost_parts(expert_trace) -> None:
+    """`DecoupledReward`: the task function plays and scores the batch (logging it once), the cost
+    function returns the same batch's cost parts; the cost function alone is refused."""
+    from evoharness_bpe.exceptions import UserError
+    from evoharness_bpe_training.continuation import DecoupledReward
+    from evoharness_bpe_training.rewards import decoupled_parts
+
+    rows = state_rows([expert_trace], lambda m, t: "")
+    noting = rows[-2]  # the last note's state: finishing there succeeds, resending batch 1 fails
+    finish = _call_text({"name": "finish", "arguments": "{}"})
+    resend = _call_text({"name": "submit_batch", "arguments": json.dumps({"batch_id": 1, "record_ids": ["R0001"]})})
+    recorded = _call_text(expert_trace.model_calls[-2].response["tool_calls"][0]["function"])  # the note itself
+    texts = [recorded, finish, resend]
+    weights = CostWeights(lam=0.1, mu=0.0)
+    reward = ContinuationReward(make_env=lambda name, level: make_env(name, level), config=CONFIG, weights=weights)
+    reward.policy = _StatelessExpert()
+    task_part, cost_part = DecoupledReward(reward).functions()
+    assert (task_part.__name__, cost_part.__name__) == ("task_part", "cost_part")
+    with pytest.raises(UserError, match="task first"):
+        cost_part([noting["prompt"]] * 3, texts)
+    kwargs = dict(seed=[noting["seed"]] * 3, difficulty=[1] * 3, replies=[noting["replies"]] * 3, env=[noting["env"]] * 3)
+    task = task_part([noting["prompt"]] * 3, texts, **kwargs)
+    cost = cost_part([noting["prompt"]] * 3, texts, **kwargs)
+    assert [r["success"] for r in reward.log] == [1.0, 1.0, 0.0] and len(reward.log) == 3
+    assert reward.log[0]["meta_calls"] == reward.log[1]["meta_calls"] + 1  # the note costs one call more than finishing
+    assert (task, cost) == decoupled_parts(reward.log, ["s"] * 3, weights)
+    assert cost[0] == pytest.approx(cost[1] - 0.1) and cost[2] == pytest.approx((cost[0] + cost[1]) / 2)
+    with pytest.raises(UserError, match="task first"):  # each batch's parts are read once
+        cost_part([noting["prompt"]] * 3, texts, **kwargs)

@@ -291,3 +291,25 @@ def test_a_stage_run_again_starts_without_what_its_interrupted_try_left(tmp_path
     assert (tmp_path / "log.jsonl").read_text() == "whole\n"
     assert (tmp_path / "eval.jsonl").read_text() == "kept\n"  # another stage's output stays
     assert resumed.run("train", interrupted, lambda line: None) == {"ok": True}  # finished: read back, not run
+
+
+def test_decoupled_aggregation_reaches_trls_config_and_is_checked(tmp_path: Path) -> None:
+    from evoharness_bpe_training.reproduce import grpo_arguments, load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(512)
+    config = load_reproduce_preset("tiny", out=str(tmp_path), grpo_aggregation="decoupled", grpo_cost_weight=0.5)
+    args = grpo_arguments(config, tmp_path, "fp32", tokenizer)
+    assert (args.multi_objective_aggregation, args.reward_weights) == ("normalize_then_sum", [1.0, 0.5])
+    assert grpo_arguments(load_reproduce_preset("tiny", out=str(tmp_path)), tmp_path, "fp32", tokenizer).multi_objective_aggregation == \
+        "sum_then_normalize"
+    with pytest.raises(UserError, match="use --reward cost"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_aggregation="decoupled", reward="reference")
+    with pytest.raises(UserError, match="leave one of them out"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_aggregation="decoupled", grpo_skip_uniform_groups=True)
+    with pytest.raises(UserError, match="--grpo-cost-weight must be above 0"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_aggregation="decoupled", grpo_cost_weight=0)
+    with pytest.raises(UserError, match="sum or decoupled"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_aggregation="gdpo")
+    assert "grpo-states" in shared_stages({"grpo_aggregation": "sum"}, {"grpo_aggregation": "decoupled"})
+    assert "grpo-train" not in shared_stages({"grpo_aggregation": "sum"}, {"grpo_aggregation": "decoupled"})

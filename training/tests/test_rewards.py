@@ -156,3 +156,26 @@ def test_lift_failed_skips_by_hand() -> None:
     assert lift_failed_skips([0.0, 0.5, 0.45, 1.0], ["g"] * 4, [True, True, False, False]) == pytest.approx([0.725, 0.725, 0.45, 1.0])
     with pytest.raises(UserError, match="one group and one forced flag per reward"):
         lift_failed_skips([1.0], ["a", "b"], [False])
+
+
+def test_decoupled_parts_by_hand() -> None:
+    from evoharness_bpe_training.rewards import decoupled_parts
+
+    def record(success: float, meta: int, invalid: int = 0, tokens: int = 0) -> dict:
+        return {"success": success, "meta_calls": meta, "invalid": invalid, "harness_tokens": tokens}
+
+    weights = CostWeights(lam=0.1, mu=0.001, invalid_penalty=0.05)
+    records = [record(1, 8), record(1, 7, tokens=100), record(0, 3, invalid=2), record(0, 9), record(0, 2, invalid=1)]
+    groups = ["a", "a", "a", "b", "b"]
+    task, cost = decoupled_parts(records, groups, weights)
+    assert task == pytest.approx([1.0, 1.0, -0.1, 0.0, -0.05])
+    # a: the successes pay λ per call and μ per token, the failure scores their mean; b: no success, every cost 0
+    assert cost == pytest.approx([-0.8, -0.8, -0.8, 0.0, 0.0])
+    task, cost = decoupled_parts([record(1, 8), record(1, 6), record(0, 5)], ["g"] * 3, CostWeights(lam=0.1))
+    assert cost == pytest.approx([-0.8, -0.6, -0.7]) and task == [1.0, 1.0, 0.0]
+    # an injected skip that failed is lifted to the rest's task mean (pull only); a sampled failure is not
+    task, _ = decoupled_parts([record(1, 8), record(0, 6), record(0, 6)], ["g"] * 3, CostWeights(), forced=[False, True, False],
+                              pull_only=True)
+    assert task == pytest.approx([1.0, 0.5, 0.0])
+    with pytest.raises(UserError, match="one group"):
+        decoupled_parts([record(1, 8)], ["a", "b"], weights)
