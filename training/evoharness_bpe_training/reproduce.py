@@ -173,8 +173,8 @@ class ReproduceConfig:
         "help": "`sum`: one reward (success minus the prices), its advantage scaled per --grpo-scale-rewards; `decoupled`: "
                 "the task part (success minus invalid actions) and the cost part (λ per meta-call and μ per token of a "
                 "rollout that succeeded; a failed one scores its group's successes' mean) each normalized within its "
-                "group, then summed with --grpo-cost-weight and scaled by the step's spread (GDPO, TRL's "
-                "normalize_then_sum): a success with one meta-call fewer than its group's others gains a unit of "
+                "group, then summed with --grpo-cost-weight and scaled by the step's spread, whatever --grpo-scale-rewards "
+                "says (GDPO, TRL's normalize_then_sum): a success with one meta-call fewer than its group's others gains a unit of "
                 "advantage, not λ against the spread of successes and failures. Needs --reward cost."})
     grpo_cost_weight: float = field(default=1.0, metadata={"help": "Weight of the cost part against the task part's 1 "
                                                                      "(--grpo-aggregation decoupled)."})
