@@ -1,4 +1,4 @@
-"""Trainer callbacks: the training log written to the output folder as JSONL."""
+"""Trainer callbacks: the training log and the scored samples written to the output folder as JSONL."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-__all__ = ["MetricsFileCallback"]
+__all__ = ["MetricsFileCallback", "RecordsFileCallback"]
 
 
 class MetricsFileCallback(TrainerCallback):
@@ -22,3 +22,19 @@ class MetricsFileCallback(TrainerCallback):
         if logs and state.is_world_process_zero:
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
+
+
+class RecordsFileCallback(TrainerCallback):
+    """Appends the records a reward function has added to `records` (its log) since the last
+    optimizer step to a JSONL file after every step: a stopped run keeps the samples it scored."""
+
+    def __init__(self, records: list[dict], path: str | os.PathLike[str]) -> None:
+        self.records, self.path, self.written = records, Path(path), 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)  # the records of this training only
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001 - transformers' signature
+        if state.is_world_process_zero and len(self.records) > self.written:
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(record, default=float) + "\n" for record in self.records[self.written:])
+            self.written = len(self.records)

@@ -706,7 +706,7 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from .callbacks import MetricsFileCallback
+    from .callbacks import MetricsFileCallback, RecordsFileCallback
     from .continuation import DecoupledReward
     from .exploration import SkipExploration
     from .selection import BestOnValidation
@@ -727,7 +727,8 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
             f"prompts of {len(states)} states have one)")
         rollout_func = SkipExploration(skips, config.grpo_skip_samples, tokenizer)
     score_trained_positions_only()
-    callbacks = [MetricsFileCallback(out / "grpo" / "metrics.jsonl"), _step_progress("grpo-train", log)]
+    callbacks = [MetricsFileCallback(out / "grpo" / "metrics.jsonl"), RecordsFileCallback(reward.log, out / "grpo" / "rewards.jsonl"),
+                 _step_progress("grpo-train", log)]
     if config.grpo_select_every:
         callbacks.append(BestOnValidation(grpo_validation(config, out, precision, tokenizer, reward, log), config.grpo_select_every,
                                           path=out / "grpo" / "selection.jsonl", log=log))
@@ -748,7 +749,6 @@ def _grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config: Repr
     reward.prefill = prefill
     trainer.model.train()
     trainer.train()
-    (out / "grpo" / "rewards.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reward.log), "utf-8")
     return trainer.model, reward.log
 
 
