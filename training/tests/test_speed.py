@@ -111,7 +111,7 @@ def test_the_fused_lm_head_scores_only_labelled_positions_on_cpu_with_the_same_l
     monkeypatch.setattr(utils._ChunkedLogProbFunction, "apply", counting)
     from trl.kernels.chunked_logprob import _use_triton as trl_choice
 
-    monkeypatch.setattr(utils, "_use_triton", trl_choice)  # TRL's own choice (a run_sft earlier in the session adjusted it)
+    monkeypatch.setattr(utils, "_use_triton", trl_choice)  # TRL's own choice (a run_sft earlier in the test process adjusted it)
     every = model(input_ids=ids, labels=labels, fused_lm_head=True)
     assert score_trained_positions_only() and score_trained_positions_only()  # idempotent
     compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
