@@ -38,7 +38,7 @@ from evoharness_bpe.lab.runner.lockstep import Lockstep
 from .rewards import CostWeights, RolloutCost, cost_aware_score, decoupled_parts, flatten_uniform_groups, lift_failed_skips
 
 __all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "episode_cost", "ContinuationReward", "reply_from_text",
-           "reference_scorer", "DecoupledReward"]
+           "reference_scorer", "DecoupledReward", "ScoredBatch"]
 
 ChatMessage = dict[str, Any]
 
@@ -151,6 +151,15 @@ def _inference(model: Any):
         model.train(was_training)
 
 
+@dataclass(frozen=True)
+class ScoredBatch:
+    """A scored batch (`ContinuationReward.score_batch`): each sample's reward, record and group (its state)."""
+
+    rewards: list[float]
+    records: list[dict[str, Any]]
+    groups: list[tuple[Any, ...]]
+
+
 @dataclass
 class ContinuationReward:
     """TRL reward function: the cost-aware score of each sampled action's finished episode.
@@ -184,13 +193,15 @@ class ContinuationReward:
     """A group (a state's samples) that all succeeded or all failed scores its mean
     (`flatten_uniform_groups`): only groups where the action decided the outcome teach."""
     __name__: str = "continuation_reward"
-    last_batch: dict[str, Any] = field(default_factory=dict, repr=False)
-    """The records, groups and forced flags of the batch scored last (`DecoupledReward` splits them)."""
     _scored: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, seed: Sequence[int],
-                 difficulty: Sequence[int], replies: Sequence[str], env: Sequence[str], trainer_state: Any = None,
-                 called: Sequence[str] | None = None, forced: Sequence[bool] | None = None, **_: Any) -> list[float]:
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        return self.score_batch(prompts, completions, **kwargs).rewards
+
+    def score_batch(self, prompts: Sequence[Any], completions: Sequence[Any], *, seed: Sequence[int],
+                    difficulty: Sequence[int], replies: Sequence[str], env: Sequence[str], trainer_state: Any = None,
+                    called: Sequence[str] | None = None, forced: Sequence[bool] | None = None, **_: Any) -> ScoredBatch:
+        """Play and score a batch as `__call__` does; its rewards with each sample's record and group."""
         if self.policy is None:
             raise UserError("ContinuationReward.policy is not set: give it the policy that plays on after each action")
         step = int(getattr(trainer_state, "global_step", 0))
@@ -227,13 +238,12 @@ class ContinuationReward:
             rewards = lift_failed_skips(rewards, groups, forced)
         if self.skip_uniform_groups:
             rewards = flatten_uniform_groups(rewards, groups, [record["success"] for record in records])
-        self.last_batch = {"records": records, "groups": groups, "forced": forced}
         for n, record in enumerate(records):
             # what the recorded policy called in this state: a sample that acts where it consulted explores skipping
             self.log.append({**record, **({"state_called": called[n]} if called is not None else {}),
                              **({"forced": bool(forced[n])} if forced is not None else {}),
                              **({"reward": rewards[n], "scored": scored[n]} if rewards[n] != scored[n] else {})})
-        return rewards
+        return ScoredBatch(rewards, records, groups)
 
     def episode_score(self, trace: Trace, step: int = 0) -> float:
         """The reward of a finished episode at optimizer step `step`: `scorer`'s, else `cost_aware_score` with `weights`."""
@@ -286,9 +296,8 @@ class DecoupledReward:
     def functions(self) -> list[Callable[..., list[float]]]:
         """``[task, cost]``, named for TRL's logs."""
         def task_part(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-            self.reward(prompts, completions, **kwargs)
-            batch = self.reward.last_batch
-            task, self._cost = decoupled_parts(batch["records"], batch["groups"], self.reward.weights, forced=batch["forced"],
+            batch = self.reward.score_batch(prompts, completions, **kwargs)
+            task, self._cost = decoupled_parts(batch.records, batch.groups, self.reward.weights, forced=kwargs.get("forced"),
                                                pull_only=self.reward.skips_pull_only)
             return task
 

@@ -35,6 +35,10 @@ class CostWeights:
     charge_on_success_only: bool = False
     """Charge λ and μ only on successful rollouts."""
 
+    def harness_charge(self, meta_calls: int, harness_tokens: int) -> float:
+        """The price of a rollout's harness use: λ per meta-action call, μ per harness token."""
+        return self.lam * meta_calls + self.mu * harness_tokens
+
     def __post_init__(self) -> None:
         for name in ("lam", "mu", "invalid_penalty"):
             if getattr(self, name) < 0:
@@ -59,7 +63,7 @@ def cost_aware_score(cost: RolloutCost, weights: CostWeights = CostWeights()) ->
     >>> cost_aware_score(RolloutCost(1.0, meta_calls=2), w) > cost_aware_score(RolloutCost(1.0, meta_calls=6), w)
     True
     """
-    charge = weights.lam * cost.meta_calls + weights.mu * cost.harness_tokens
+    charge = weights.harness_charge(cost.meta_calls, cost.harness_tokens)
     if weights.charge_on_success_only and cost.success <= 0:
         charge = 0.0
     return float(cost.success) - charge - weights.invalid_penalty * cost.invalid
@@ -232,7 +236,7 @@ def decoupled_parts(records: Sequence[dict[str, Any]], groups: Sequence[Any], we
     if pull_only and forced is not None:
         task = lift_failed_skips(task, groups, forced)
     succeeded = [float(r["success"]) > 0 for r in records]
-    cost = [-(weights.lam * int(r["meta_calls"]) + weights.mu * int(r["harness_tokens"])) for r in records]
+    cost = [-weights.harness_charge(int(r["meta_calls"]), int(r["harness_tokens"])) for r in records]
     for indices in group_members(groups).values():
         paid = [cost[n] for n in indices if succeeded[n]]
         neutral = sum(paid) / len(paid) if paid else 0.0
