@@ -72,7 +72,9 @@ def main() -> None:
     parser.add_argument("--play-skips", action="store_true", help="also play each state with the skip forced")
     args = parser.parse_args()
 
-    from evoharness_bpe_training.reproduce import _base_model, _load_trained, resume_config
+    from evoharness_bpe_training.reproduce import _base_model, _load_trained
+
+    from evoharness_bpe_training.reproduce_config import resume_config
 
     config = resume_config(args.run)
     states = json.loads((args.run / "grpo-states.json").read_text("utf-8"))
@@ -109,11 +111,11 @@ def play_skips(run: Path, config, model, tokenizer, states: list[dict]) -> None:
     from evoharness_bpe_training.continuation import ContinuationReward, episode_cost
     from evoharness_bpe_training.exploration import completion_text, skip_action
     from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
-    from evoharness_bpe_training.reproduce import _policy
+    from evoharness_bpe_training.reproduce_episodes import policy_for
     from evoharness_bpe_training.speed import inference_copy, resolve_precision
 
     episodes = {int(t.metadata["seed"]): t for t in read_traces(run / "grpo-states.jsonl")}
-    player = _policy(inference_copy(model, resolve_precision(config.precision)), tokenizer, config)
+    player = policy_for(inference_copy(model, resolve_precision(config.precision)), tokenizer, config)
     texts, rows, recorded = [], [], []
     for state in states:
         trace = episodes[int(state["seed"])]

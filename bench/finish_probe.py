@@ -57,12 +57,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from evoharness_bpe import read_traces
-    from evoharness_bpe_training.reproduce import _base_model, _load_trained, _policy, resume_config
+    from evoharness_bpe_training.reproduce import _base_model, _load_trained
+    from evoharness_bpe_training.reproduce_config import resume_config
+    from evoharness_bpe_training.reproduce_episodes import policy_for
 
     config = resume_config(args.run)
     base, tokenizer = _base_model(config, args.run, None)
     model = _load_trained(base, args.run / args.stage / "model").eval()
-    render = _policy(model, tokenizer, config).render_prompt
+    render = policy_for(model, tokenizer, config).render_prompt
     print("| episode (seed, call) | prompt | P(finish) | P(submit_batch) |")
     print("|---|---|---|---|")
     probed = 0

@@ -23,7 +23,6 @@ import statistics
 import time
 from pathlib import Path
 
-from evoharness_bpe import META_ACTIONS as META
 
 ROW = re.compile(r"\| (\d+), (\d+) \| \w+ \| \w+ \| (\d) \| (\d+) \((\d+)\) \|")
 
@@ -49,13 +48,15 @@ def main() -> None:
     from evoharness_bpe import read_traces
     from evoharness_bpe_training.exploration import completion_text, skip_action
     from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
-    from evoharness_bpe_training.reproduce import _base_model, _load_trained, _policy, resume_config
+    from evoharness_bpe_training.reproduce import _base_model, _load_trained
+    from evoharness_bpe_training.reproduce_config import resume_config
+    from evoharness_bpe_training.reproduce_episodes import policy_for
     from consulting_probe import skip_probability, tool_logprobs
 
     config = resume_config(args.run)
     base, tokenizer = _base_model(config, args.run, None)
     model = _load_trained(base, args.run / "sft" / "model")
-    prefill = _policy(model, tokenizer, config).prefill
+    prefill = policy_for(model, tokenizer, config).prefill
 
     def completion(reply: dict) -> str:  # as GRPO trains on it
         return completion_text(tokenizer, reply, prefill, CHAT_TEMPLATE_KWARGS)

@@ -69,7 +69,8 @@ def sft_tokens(traces: list[Any], tokenizer: Any) -> tuple[int, int, int]:
 
 def main() -> None:
     from evoharness_bpe_training.models import smollm2_tokenizer
-    from evoharness_bpe_training.reproduce import _expert_traces, _held_out_seeds, _training_seeds, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import expert_traces, held_out_seeds, training_seeds
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu")
@@ -85,9 +86,9 @@ def main() -> None:
           + (" | SFT rows, tokens, median row" if tokenizer else ""))
     for window in (int(w) for w in args.windows.split(",")):
         config = dataclasses.replace(base, window=window)
-        cells = [f"{seen}/{total}" for seen, total in reach(_expert_traces(config, _held_out_seeds(config, levels))).values()]
+        cells = [f"{seen}/{total}" for seen, total in reach(expert_traces(config, held_out_seeds(config, levels))).values()]
         if tokenizer is not None:
-            rows, tokens, median = sft_tokens(_expert_traces(config, _training_seeds(config)), tokenizer)
+            rows, tokens, median = sft_tokens(expert_traces(config, training_seeds(config)), tokenizer)
             cells.append(f"{rows}, {tokens:,}, {median:,}")
         print(f"{window} | {' | '.join(cells)}", flush=True)
 

@@ -16,7 +16,9 @@ def adapter_folder(tiny_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, write_adapter_card
+    from evoharness_bpe_training.reproduce import write_adapter_card
+
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
     from evoharness_bpe_training.speed import lora_config
     from evoharness_bpe_training.student import student_chat_template
 
@@ -51,7 +53,7 @@ def test_the_recorded_command_makes_the_same_config() -> None:
     from dataclasses import asdict, fields
 
     from evoharness_bpe.lab.cli import build_parser
-    from evoharness_bpe_training.reproduce import ReproduceConfig, load_reproduce_preset, reproduce_command
+    from evoharness_bpe_training.reproduce_config import ReproduceConfig, load_reproduce_preset, reproduce_command
 
     config = load_reproduce_preset("cpu", out="runs/my run", difficulties="1,2", train_episodes="16,2", sft_epochs=2.0,
                                    system_prompt="One tool a reply, please.", lockstep=False)
@@ -154,7 +156,7 @@ def test_the_shipped_adapter_is_the_cpu_presets_and_fits_the_package() -> None:
 
     from evoharness_bpe.lab.policies.adapter import read_adapter_card
     from evoharness_bpe.lab.runner.suite import shipped_adapter
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce_command, shared_stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, reproduce_command, shared_stages
 
     folder = shipped_adapter()
     assert folder is not None, "the training package ships adapters/smollm2-crm"

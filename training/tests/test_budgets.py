@@ -15,12 +15,13 @@ def tiny_tokenizer():
 def test_the_expert_needs_longer_episodes_and_replies_at_difficulty_2(tiny_tokenizer) -> None:
     from evoharness_bpe_training.budgets import budget_problems, expert_needs
     from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
-    from evoharness_bpe_training.reproduce import HELD_OUT, _expert_traces, _policy, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import HELD_OUT, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import expert_traces, policy_for
 
     model, tokenizer = tiny_tokenizer
     config = load_reproduce_preset("cpu")
-    prefill = _policy(model, tokenizer, config).prefill
-    traces = _expert_traces(config, {1: [HELD_OUT], 2: [HELD_OUT, HELD_OUT + 1]})
+    prefill = policy_for(model, tokenizer, config).prefill
+    traces = expert_traces(config, {1: [HELD_OUT], 2: [HELD_OUT, HELD_OUT + 1]})
     one, two = expert_needs(traces, tokenizer, prefill, CHAT_TEMPLATE_KWARGS)
     assert (one.difficulty, one.episodes, two.difficulty, two.episodes) == (1, 1, 2, 2)
     assert one.calls == len(traces[0].model_calls) and two.calls == max(len(t.model_calls) for t in traces[1:])
@@ -38,14 +39,15 @@ def test_the_expert_needs_longer_episodes_and_replies_at_difficulty_2(tiny_token
 def test_the_run_checks_every_difficulty_it_evaluates(tiny_tokenizer) -> None:
     """The cpu preset trains difficulty 1 and evaluates GRPO at 1 and 2: its 50-call budget cuts
     the expert's longest held-out episode at difficulty 2, and only there."""
-    from evoharness_bpe_training.reproduce import _budget_problems, _policy, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import policy_for, run_budget_problems
 
     model, tokenizer = tiny_tokenizer
     config = load_reproduce_preset("cpu", max_new_tokens=2000)
-    prefill = _policy(model, tokenizer, config).prefill
-    problems = _budget_problems(config, ["raw", "sft", "grpo"], tokenizer, prefill)
+    prefill = policy_for(model, tokenizer, config).prefill
+    problems = run_budget_problems(config, ["raw", "sft", "grpo"], tokenizer, prefill)
     assert len(problems) == 1 and problems[0].startswith("difficulty 2:") and "(--max-steps 50)" in problems[0]
-    assert _budget_problems(config, ["raw", "sft"], tokenizer, prefill) == []  # difficulty 2 is GRPO's evaluation only
+    assert run_budget_problems(config, ["raw", "sft"], tokenizer, prefill) == []  # difficulty 2 is GRPO's evaluation only
 
 
 def test_the_presets_budgets_against_smollm2s_tokens() -> None:
@@ -56,12 +58,13 @@ def test_the_presets_budgets_against_smollm2s_tokens() -> None:
 
     from evoharness_bpe.lab.policies import TransformersPolicy
     from evoharness_bpe_training.models import smollm2_tokenizer
-    from evoharness_bpe_training.reproduce import _budget_problems, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import run_budget_problems
 
     tokenizer = smollm2_tokenizer()
     prefill = inspect.signature(TransformersPolicy).parameters["prefill"].default
     stages = ["raw", "sft", "grpo"]
-    assert _budget_problems(load_reproduce_preset("smollm2-gpu"), stages, tokenizer, prefill) == []
-    problems = _budget_problems(load_reproduce_preset("cpu"), stages, tokenizer, prefill)
+    assert run_budget_problems(load_reproduce_preset("smollm2-gpu"), stages, tokenizer, prefill) == []
+    problems = run_budget_problems(load_reproduce_preset("cpu"), stages, tokenizer, prefill)
     assert len(problems) == 1 and problems[0].startswith("difficulty 2:")
     assert "(--max-steps 50)" in problems[0] and "(--max-new-tokens 128)" in problems[0]

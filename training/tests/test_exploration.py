@@ -62,7 +62,7 @@ def test_the_last_samples_of_each_group_are_forced_and_only_where_a_skip_exists(
 
 
 def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
 
     with pytest.raises(UserError, match="at least one sampled action"):
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_generations=2, grpo_skip_samples=2)
@@ -74,11 +74,11 @@ def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> N
 
 def _expert_meta_calls(tmp_path: Path, skip_rate: float, lean_rate: float = 0.0) -> tuple[int, int]:
     """(meta-actions, successes) of the expert stage of a tiny run, stopped when that stage ends."""
-    traces = _expert_traces(tmp_path / f"skip-{skip_rate}-lean-{lean_rate}", expert_skip_rate=skip_rate, expert_lean_rate=lean_rate)
+    traces = expert_traces(tmp_path / f"skip-{skip_rate}-lean-{lean_rate}", expert_skip_rate=skip_rate, expert_lean_rate=lean_rate)
     return sum(len(t.meta_actions) for t in traces), sum(bool(t.outcome.success) for t in traces)
 
 
-def _expert_traces(out: Path, **settings: Any) -> list[Any]:
+def expert_traces(out: Path, **settings: Any) -> list[Any]:
     """The expert stage's traces of a tiny run with `settings`, stopped when that stage ends."""
     from evoharness_bpe import read_traces
     from evoharness_bpe_training import reproduce as module
@@ -95,7 +95,7 @@ def _expert_traces(out: Path, **settings: Any) -> list[Any]:
 
 
 def test_reproduce_records_a_sparse_expert_when_asked(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
 
     full, full_successes = _expert_meta_calls(tmp_path, 0.0)
     sparse, sparse_successes = _expert_meta_calls(tmp_path, 0.5)
@@ -106,7 +106,7 @@ def test_reproduce_records_a_sparse_expert_when_asked(tmp_path: Path) -> None:
 
 
 def test_reproduce_records_lean_expert_episodes_when_asked(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
 
     full, full_successes = _expert_meta_calls(tmp_path, 0.0)
     lean, lean_successes = _expert_meta_calls(tmp_path, 0.0, lean_rate=1.0)
@@ -122,10 +122,10 @@ def _calls(trace: Any) -> list[str]:
 
 
 def test_reproduce_adds_lean_expert_episodes_beside_the_full_ones_when_asked(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
 
-    full = _expert_traces(tmp_path / "full")
-    both = _expert_traces(tmp_path / "both", expert_lean_episodes=2)
+    full = expert_traces(tmp_path / "full")
+    both = expert_traces(tmp_path / "both", expert_lean_episodes=2)
     per_level = load_reproduce_preset("tiny", out=str(tmp_path)).episodes_per_level()
     assert len(both) == len(full) + 2 * len(per_level)
     kept = [t for t in both if t.metadata["seed"] < per_level[t.metadata["difficulty"]]]
@@ -142,14 +142,14 @@ def test_reproduce_adds_lean_expert_episodes_beside_the_full_ones_when_asked(tmp
 
 
 def test_reproduce_records_an_expert_that_notes_before_committing_when_asked(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import shared_stages
+    from evoharness_bpe_training.reproduce_config import shared_stages
 
     def pairs(traces: list[Any]) -> set[tuple[str, str]]:
         names = [[_name(call.response) for call in trace.model_calls] for trace in traces]
         return {pair for episode in names for pair in zip(episode, episode[1:])}
 
-    after = _expert_traces(tmp_path / "after")
-    before = _expert_traces(tmp_path / "before", expert_note_before_commit=True)
+    after = expert_traces(tmp_path / "after")
+    before = expert_traces(tmp_path / "before", expert_note_before_commit=True)
     assert all(t.outcome.success for t in before) and len(before) == len(after)
     assert ("note", "finish") in pairs(after) and ("note", "finish") not in pairs(before)
     assert ("note", "commit") in pairs(before) and ("commit", "note") not in pairs(before)
@@ -161,7 +161,9 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
     """The real GRPOTrainer on a tiny model: every group of a consulting state has its skip as the
     last sample, scored by playing the episode on from it; the rest are sampled."""
     from evoharness_bpe import TraceWriter
-    from evoharness_bpe_training.reproduce import _grpo, _policy, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import policy_for
+    from evoharness_bpe_training.reproduce_training import train_grpo
     from evoharness_bpe_training.reproduce_report import exploration
     from evoharness_bpe_training.tiny import build_tiny_model
 
@@ -172,9 +174,9 @@ def test_grpo_groups_hold_the_skip_and_its_continuation_is_scored(expert_trace, 
     model, tokenizer = build_tiny_model(layers=1, vocab_size=512)
     with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
         writer.write(expert_trace)
-    player = _policy(model, tokenizer, config)
+    player = policy_for(model, tokenizer, config)
     states = consulting_states(state_rows([expert_trace], player.render_prompt))[:2]
-    _, log = _grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
+    _, log = train_grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
     assert len(log) == config.grpo_steps * config.grpo_states_per_step * config.grpo_generations
     forced = [r for r in log if r["forced"]]
     assert len(forced) == len(log) // config.grpo_generations  # one per group
@@ -196,7 +198,8 @@ def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_tr
     from dataclasses import replace
 
     from evoharness_bpe import TraceWriter
-    from evoharness_bpe_training.reproduce import _skip_completions, grpo_train_states, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_training import grpo_train_states, skip_completions
     from evoharness_bpe_training.student import student_chat_template
     from evoharness_bpe_training.tiny import build_tiny_tokenizer
 
@@ -206,8 +209,8 @@ def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_tr
     states = [{**s, "difficulty": 1, "seed": 3} for s in consulting_states(state_rows([expert_trace], lambda m, t: str(t)))]
     states = [{**s, "prompt": f"state {n}"} for n, s in enumerate(states)]
     called = {s["prompt"]: s["called"] for s in states}
-    every = _skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL)
-    lean = _skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL, ("recall", "note", "track"))
+    every = skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL)
+    lean = skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL, ("recall", "note", "track"))
     assert "commit" in {called[p] for p in every}  # the expert's commits have skips by default
     assert lean and set(lean) == {p for p in every if called[p] != "commit"}
     replies = [c.response for c in expert_trace.model_calls]
@@ -232,7 +235,9 @@ def test_skip_kinds_leave_the_other_meta_actions_states_without_a_skip(expert_tr
 def test_lead_states_add_the_call_before_each_skipped_state(expert_trace, tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from evoharness_bpe_training.reproduce import grpo_train_states, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+
+    from evoharness_bpe_training.reproduce_training import grpo_train_states
 
     every = [{**s, "difficulty": 1, "seed": 3} for s in state_rows([expert_trace], lambda m, t: str(t))]
     other = [{**s, "seed": 4} for s in every]  # a second episode: positions are per episode

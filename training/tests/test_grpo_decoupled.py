@@ -14,7 +14,9 @@ def test_the_trainer_scores_each_batch_once_and_logs_both_parts(expert_trace, tm
     part's call), TRL logs the task and the cost part, and its logged reward is their sum at weight 1."""
     from evoharness_bpe import TraceWriter
     from evoharness_bpe_training.continuation import consulting_states, state_rows
-    from evoharness_bpe_training.reproduce import _grpo, _policy, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import policy_for
+    from evoharness_bpe_training.reproduce_training import train_grpo
     from evoharness_bpe_training.tiny import build_tiny_model
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), window=4, dashboard_tokens=120, max_steps=30, grpo_steps=2,
@@ -23,9 +25,9 @@ def test_the_trainer_scores_each_batch_once_and_logs_both_parts(expert_trace, tm
     model, tokenizer = build_tiny_model(layers=1, vocab_size=512)
     with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
         writer.write(expert_trace)
-    states = consulting_states(state_rows([expert_trace], _policy(model, tokenizer, config).render_prompt))[:2]
+    states = consulting_states(state_rows([expert_trace], policy_for(model, tokenizer, config).render_prompt))[:2]
 
-    _, log = _grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
+    _, log = train_grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
 
     batch = config.grpo_states_per_step * config.grpo_generations
     assert len(log) == config.grpo_steps * batch  # scored once per update, not once per reward part

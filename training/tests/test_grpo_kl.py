@@ -12,7 +12,8 @@ from evoharness_bpe.exceptions import UserError
 
 
 def test_grpo_beta_is_checked_and_reaches_trls_config(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import grpo_arguments, load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_training import grpo_arguments
     from evoharness_bpe_training.tiny import build_tiny_tokenizer
 
     with pytest.raises(UserError, match="--grpo-beta must be 0 or more"):
@@ -35,7 +36,9 @@ def test_grpo_beta_trains_the_adapter_against_a_frozen_copy_of_itself(expert_tra
 
     from evoharness_bpe import TraceWriter
     from evoharness_bpe_training.continuation import consulting_states, state_rows
-    from evoharness_bpe_training.reproduce import _grpo, _lora, _policy, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import policy_for
+    from evoharness_bpe_training.reproduce_training import lora_for, train_grpo
     from evoharness_bpe_training.tiny import build_tiny_model
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), model="smollm2-135m", lora_r=4, grpo_beta=0.5, window=4,
@@ -43,7 +46,7 @@ def test_grpo_beta_trains_the_adapter_against_a_frozen_copy_of_itself(expert_tra
                                    grpo_skip_samples=1, grpo_continuation_calls=2, max_new_tokens=16,
                                    grpo_lr_schedule="constant", grpo_learning_rate=5e-2)
     base, tokenizer = build_tiny_model(layers=1, vocab_size=512)
-    model = get_peft_model(base, _lora(base, config))
+    model = get_peft_model(base, lora_for(base, config))
     torch.manual_seed(0)
     for name, parameter in model.named_parameters():
         if "lora_B" in name:  # LoRA starts at B = 0, the base model itself; an SFT adapter does not
@@ -51,10 +54,10 @@ def test_grpo_beta_trains_the_adapter_against_a_frozen_copy_of_itself(expert_tra
     sft = {name: parameter.detach().clone() for name, parameter in model.named_parameters() if ".default." in name}
     with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
         writer.write(expert_trace)
-    player = _policy(model, tokenizer, config)
+    player = policy_for(model, tokenizer, config)
     states = consulting_states(state_rows([expert_trace], player.render_prompt))[:2]
 
-    trained, _ = _grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
+    trained, _ = train_grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
 
     assert "ref" in trained.peft_config
     parameters = dict(trained.named_parameters())

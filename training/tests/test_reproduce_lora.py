@@ -12,7 +12,8 @@ import pytest
 @pytest.mark.slow
 def test_a_local_model_trains_top_layer_lora_through_every_stage(tiny_dir: Path, tmp_path: Path) -> None:
     from evoharness_bpe.lab.policies.adapter import read_adapter_card
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce
+    from evoharness_bpe_training.reproduce import reproduce
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
 
     out = tmp_path / "run"
     config = load_reproduce_preset("tiny", out=str(out), model=str(tiny_dir), lora_r=4, lora_alpha=8, lora_layers=1,
@@ -37,7 +38,8 @@ def test_a_local_model_trains_top_layer_lora_through_every_stage(tiny_dir: Path,
 @pytest.mark.parametrize("layout", ["compact", "compact-tools-first"])
 def test_the_chat_template_setting_chooses_the_prompt_layout(tiny_dir: Path, tmp_path: Path, layout: str) -> None:
     from evoharness_bpe_training.grpo import CHAT_TEMPLATE_KWARGS
-    from evoharness_bpe_training.reproduce import _built_or_loaded, load_reproduce_preset
+    from evoharness_bpe_training.reproduce import _built_or_loaded
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), model=str(tiny_dir), chat_template=layout)
     _, tokenizer = _built_or_loaded(config, tmp_path, None)

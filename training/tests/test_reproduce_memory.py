@@ -13,12 +13,13 @@ def test_a_new_snapshot_of_the_policy_releases_the_last_one_first(tiny_dir, tmp_
     otherwise grew from 12 to 23 GB resident)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from evoharness_bpe_training import reproduce as module
     from evoharness_bpe_training import stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_training import SnapshotPolicy
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     trainer = SimpleNamespace(state=SimpleNamespace(global_step=0), model=AutoModelForCausalLM.from_pretrained(tiny_dir))
-    snapshot = module._SnapshotPolicy(trainer, tokenizer, module.load_reproduce_preset("tiny", out=str(tmp_path)), "fp32")
+    snapshot = SnapshotPolicy(trainer, tokenizer, load_reproduce_preset("tiny", out=str(tmp_path)), "fp32")
     released: list[object] = []
     monkeypatch.setattr(stages, "release_memory", lambda: released.append(snapshot._policy))
     first = snapshot.current()

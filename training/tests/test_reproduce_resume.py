@@ -17,18 +17,18 @@ def interrupted(tmp_path_factory: pytest.TempPathFactory):
 
     out = tmp_path_factory.mktemp("resumable")
     config = module.load_reproduce_preset("tiny", out=str(out))
-    real = module._grpo
+    real = module.train_grpo
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    module._grpo = interrupt
+    module.train_grpo = interrupt
     first: list[str] = []
     try:
         with pytest.raises(KeyboardInterrupt):
             module.reproduce(config, log=first.append)
     finally:
-        module._grpo = real
+        module.train_grpo = real
     kept = {p.name: p.stat().st_mtime_ns for p in (out / "stages").glob("*.json")}
     second: list[str] = []
     summary = module.reproduce(module.resume_config(out), log=second.append, resume=True)
@@ -51,7 +51,8 @@ def test_resume_continues_at_the_first_unfinished_stage(interrupted) -> None:
 
 @pytest.mark.slow
 def test_resume_refuses_another_config_and_an_empty_folder(interrupted, tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce, resume_config
+    from evoharness_bpe_training.reproduce import reproduce
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, resume_config
 
     out = interrupted[0]
     with pytest.raises(UserError, match=r"another config \(grpo_steps: 1 → 3"):
@@ -72,7 +73,7 @@ def test_lockstep_evaluation_equals_one_episode_after_another(interrupted, tmp_p
     config = module.resume_config(out, eval_episodes=3, max_steps=6, precision="fp32")
     model, tokenizer = module._base_model(config, out, None)
     model = module._load_trained(model, out / "sft" / "model")
-    policy = module._policy(inference_copy(model, "fp32"), tokenizer, config)
+    policy = module.policy_for(inference_copy(model, "fp32"), tokenizer, config)
     seeds = {1: [10_000, 10_001, 10_002], 2: [10_000]}
     batched = [0]
     original = policy.complete_batch
@@ -82,9 +83,9 @@ def test_lockstep_evaluation_equals_one_episode_after_another(interrupted, tmp_p
         return original(requests)
 
     policy.complete_batch = counting
-    together = module._play(policy, config, seeds, tmp_path / "lockstep.jsonl")
+    together = module.play_seeds(policy, config, seeds, tmp_path / "lockstep.jsonl")
     assert batched[0] == 4  # every episode in one generation
-    alone = module._play(policy, module.resume_config(out, lockstep=False, eval_episodes=3, max_steps=6, precision="fp32"),
+    alone = module.play_seeds(policy, module.resume_config(out, lockstep=False, eval_episodes=3, max_steps=6, precision="fp32"),
                          seeds, tmp_path / "sequential.jsonl")
 
     def strip(value):  # call ids are numbered across a policy's calls, so they follow the order of play
@@ -113,7 +114,7 @@ def test_reproduce_help_shows_the_cpu_presets_values_and_no_none() -> None:
 def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() -> None:
     from dataclasses import asdict
 
-    from evoharness_bpe_training.reproduce import STAGES, ReproduceConfig, shared_stages
+    from evoharness_bpe_training.reproduce_config import ReproduceConfig, STAGES, shared_stages
 
     saved = asdict(ReproduceConfig())
     assert shared_stages(saved, dict(saved)) == list(STAGES)
@@ -136,7 +137,8 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
 
 def test_grpo_reward_takes_the_runs_prices_budget_and_skip_handling(tmp_path: Path) -> None:
     from evoharness_bpe_training.continuation import ContinuationReward
-    from evoharness_bpe_training.reproduce import continuation_reward, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_training import continuation_reward
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), lam=0.2, mu=0.001, invalid_penalty=0.3, charge_on_success_only=True,
                                    grpo_continuation_calls=7, grpo_skip_pull_only=True, grpo_skip_uniform_groups=True, lockstep=False)
@@ -150,7 +152,8 @@ def test_grpo_reward_takes_the_runs_prices_budget_and_skip_handling(tmp_path: Pa
 
 
 def test_grpo_arguments_take_the_runs_sampling_and_advantage_scaling(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import grpo_arguments, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_training import grpo_arguments
     from evoharness_bpe_training.student import student_chat_template
     from evoharness_bpe_training.tiny import build_tiny_tokenizer
 
@@ -168,7 +171,9 @@ def test_grpo_arguments_take_the_runs_sampling_and_advantage_scaling(tmp_path: P
 def test_a_fork_reuses_the_stages_its_changes_leave_alone(interrupted, tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from evoharness_bpe_training.reproduce import resume_config, reproduce
+    from evoharness_bpe_training.reproduce import reproduce
+
+    from evoharness_bpe_training.reproduce_config import resume_config
 
     source = interrupted[0]
     config = replace(resume_config(source), out=str(tmp_path / "fork"), lam=0.2, grpo_continuation_calls=3)
@@ -198,13 +203,13 @@ def test_no_trainer_outlives_its_stage(interrupted, tmp_path: Path, monkeypatch:
     from evoharness_bpe_training import reproduce as module
 
     alive: dict[str, int] = {}
-    real = module._evaluate
+    real = module.evaluate_stage
 
     def evaluate(stage, *args, **kwargs):
         alive[stage] = sum(isinstance(o, Trainer) for o in gc.get_objects())
         return real(stage, *args, **kwargs)
 
-    monkeypatch.setattr(module, "_evaluate", evaluate)
+    monkeypatch.setattr(module, "evaluate_stage", evaluate)
     config = replace(module.resume_config(interrupted[0]), out=str(tmp_path / "fork"), lam=0.3)
     module.reproduce(config, log=lambda line: None, fork=interrupted[0])
     assert alive == {"grpo": 0}
@@ -215,7 +220,8 @@ def test_a_fork_with_more_held_out_seeds_evaluates_the_sources_models_again(inte
     from dataclasses import replace
 
     from evoharness_bpe import read_traces
-    from evoharness_bpe_training.reproduce import resume_config, reproduce
+    from evoharness_bpe_training.reproduce import reproduce
+    from evoharness_bpe_training.reproduce_config import resume_config
 
     source = interrupted[0]
     config = replace(resume_config(source), out=str(tmp_path / "wider"), eval_episodes=resume_config(source).eval_episodes + 1)
@@ -237,7 +243,9 @@ def test_a_fork_with_more_held_out_seeds_evaluates_the_sources_models_again(inte
 def test_a_run_saved_before_a_setting_existed_resumes_with_its_default(interrupted, tmp_path: Path) -> None:
     import shutil
 
-    from evoharness_bpe_training.reproduce import reproduce, resume_config
+    from evoharness_bpe_training.reproduce import reproduce
+
+    from evoharness_bpe_training.reproduce_config import resume_config
 
     out = tmp_path / "older"
     shutil.copytree(interrupted[0], out)
@@ -294,7 +302,8 @@ def test_a_stage_run_again_starts_without_what_its_interrupted_try_left(tmp_path
 
 
 def test_decoupled_aggregation_reaches_trls_config_and_is_checked(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import grpo_arguments, load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_training import grpo_arguments
     from evoharness_bpe_training.tiny import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(512)

@@ -78,7 +78,7 @@ def test_the_start_is_kept_when_no_update_beats_it_and_a_new_training_starts_a_n
 
 
 def test_select_settings_are_checked_and_retrain_grpo_only(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
 
     with pytest.raises(UserError, match="--grpo-select-every must be 0 or more"):
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_select_every=-1)
@@ -98,7 +98,9 @@ def test_grpo_ends_with_the_weights_of_its_best_validation(expert_trace, tmp_pat
 
     from evoharness_bpe import TraceWriter, read_traces
     from evoharness_bpe_training.continuation import consulting_states, state_rows
-    from evoharness_bpe_training.reproduce import VALIDATION, _grpo, _lora, _policy, continuation_reward, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import VALIDATION, load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import policy_for
+    from evoharness_bpe_training.reproduce_training import continuation_reward, lora_for, train_grpo
     from evoharness_bpe_training.tiny import build_tiny_model
 
     config = load_reproduce_preset("tiny", out=str(tmp_path), model="smollm2-135m", lora_r=4, window=4, dashboard_tokens=120,
@@ -106,14 +108,14 @@ def test_grpo_ends_with_the_weights_of_its_best_validation(expert_trace, tmp_pat
                                    grpo_continuation_calls=2, max_new_tokens=16, grpo_lr_schedule="constant",
                                    grpo_learning_rate=5e-2, grpo_select_every=1, grpo_select_episodes=2)
     base, tokenizer = build_tiny_model(layers=1, vocab_size=512)
-    model = get_peft_model(base, _lora(base, config))
+    model = get_peft_model(base, lora_for(base, config))
     start = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     with TraceWriter(tmp_path / "grpo-states.jsonl") as writer:
         writer.write(expert_trace)
-    player = _policy(model, tokenizer, config)
+    player = policy_for(model, tokenizer, config)
     states = consulting_states(state_rows([expert_trace], player.render_prompt))[:2]
 
-    trained, _ = _grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
+    trained, _ = train_grpo(model, tokenizer, states, config, tmp_path, "fp32", lambda line: None)
 
     records = [json.loads(line) for line in (tmp_path / "grpo" / "selection.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]

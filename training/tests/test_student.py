@@ -76,7 +76,8 @@ def test_fitted_vocabulary_makes_rows_shorter_than_a_generic_one(rows) -> None:
 @pytest.mark.slow
 def test_reproduce_smoke_run_writes_the_report(tmp_path: Path) -> None:
     """The whole pipeline on the tiny preset: every stage, the report, the targets, the plots."""
-    from evoharness_bpe_training.reproduce import load_reproduce_preset, reproduce
+    from evoharness_bpe_training.reproduce import reproduce
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
 
     lines: list[str] = []
     summary = reproduce(load_reproduce_preset("tiny", out=str(tmp_path)), log=lines.append)
@@ -96,7 +97,7 @@ def test_reproduce_smoke_run_writes_the_report(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["cpu", "tiny", "smollm2-gpu"])
 def test_every_reproduce_preset_loads_and_validates(name: str) -> None:
-    from evoharness_bpe_training.reproduce import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
 
     config = load_reproduce_preset(name, out="x")
     assert config.out == "x" and config.stage_list() == ["raw", "sft", "grpo"]
@@ -106,7 +107,7 @@ def test_every_reproduce_preset_loads_and_validates(name: str) -> None:
 
 def test_reproduce_flags_are_checked() -> None:
     from evoharness_bpe.exceptions import UserError
-    from evoharness_bpe_training.reproduce import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
 
     with pytest.raises(UserError, match="--train-episodes needs one count per difficulty"):
         load_reproduce_preset("tiny", train_episodes="3")

@@ -125,7 +125,8 @@ def test_the_trainer_loss_weighs_each_replys_opening(tiny_dir, sft_traces, tmp_p
 
 def test_the_reproduction_weighs_as_many_reply_tokens_as_asked(tmp_path) -> None:
     from evoharness_bpe.exceptions import UserError
-    from evoharness_bpe_training.reproduce import ReproduceConfig, sft_recipe
+    from evoharness_bpe_training.reproduce_config import ReproduceConfig
+    from evoharness_bpe_training.reproduce_training import sft_recipe
 
     config = ReproduceConfig(sft_opening_weight=10.0, sft_opening_tokens=12, sft_batch_size=4)
     recipe = sft_recipe(config, tmp_path, "fp32", lora=True)
