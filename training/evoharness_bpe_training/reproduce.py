@@ -55,9 +55,9 @@ __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_c
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSONL file the run wrote ([] when it has none)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    from .metrics import read_jsonl
+
+    return read_jsonl(path) if path.exists() else []
 
 
 def _save(model: Any, tokenizer: Any, folder: Path, config: ReproduceConfig | None = None, stage: str = "") -> None:
