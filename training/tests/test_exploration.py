@@ -74,11 +74,11 @@ def test_reproduce_refuses_skip_samples_that_fill_the_group(tmp_path: Path) -> N
 
 def _expert_meta_calls(tmp_path: Path, skip_rate: float, lean_rate: float = 0.0) -> tuple[int, int]:
     """(meta-actions, successes) of the expert stage of a tiny run, stopped when that stage ends."""
-    traces = expert_traces(tmp_path / f"skip-{skip_rate}-lean-{lean_rate}", expert_skip_rate=skip_rate, expert_lean_rate=lean_rate)
+    traces = _expert_traces(tmp_path / f"skip-{skip_rate}-lean-{lean_rate}", expert_skip_rate=skip_rate, expert_lean_rate=lean_rate)
     return sum(len(t.meta_actions) for t in traces), sum(bool(t.outcome.success) for t in traces)
 
 
-def expert_traces(out: Path, **settings: Any) -> list[Any]:
+def _expert_traces(out: Path, **settings: Any) -> list[Any]:
     """The expert stage's traces of a tiny run with `settings`, stopped when that stage ends."""
     from evoharness_bpe import read_traces
     from evoharness_bpe_training import reproduce as module
@@ -124,8 +124,8 @@ def _calls(trace: Any) -> list[str]:
 def test_reproduce_adds_lean_expert_episodes_beside_the_full_ones_when_asked(tmp_path: Path) -> None:
     from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
 
-    full = expert_traces(tmp_path / "full")
-    both = expert_traces(tmp_path / "both", expert_lean_episodes=2)
+    full = _expert_traces(tmp_path / "full")
+    both = _expert_traces(tmp_path / "both", expert_lean_episodes=2)
     per_level = load_reproduce_preset("tiny", out=str(tmp_path)).episodes_per_level()
     assert len(both) == len(full) + 2 * len(per_level)
     kept = [t for t in both if t.metadata["seed"] < per_level[t.metadata["difficulty"]]]
@@ -148,8 +148,8 @@ def test_reproduce_records_an_expert_that_notes_before_committing_when_asked(tmp
         names = [[_name(call.response) for call in trace.model_calls] for trace in traces]
         return {pair for episode in names for pair in zip(episode, episode[1:])}
 
-    after = expert_traces(tmp_path / "after")
-    before = expert_traces(tmp_path / "before", expert_note_before_commit=True)
+    after = _expert_traces(tmp_path / "after")
+    before = _expert_traces(tmp_path / "before", expert_note_before_commit=True)
     assert all(t.outcome.success for t in before) and len(before) == len(after)
     assert ("note", "finish") in pairs(after) and ("note", "finish") not in pairs(before)
     assert ("note", "commit") in pairs(before) and ("commit", "note") not in pairs(before)
