@@ -148,8 +148,9 @@ def _trained_comparison(main: "RunConfig", episodes: int) -> list[dict[str, Any]
     config = RunConfig(envs=["crm-migration"], policies=["base", "trained"], harnesses=["bpe"], frameworks=["core"],
                        episodes=episodes, seed=TRAINED_SEEDS + main.seed, difficulty=1, out=main.out / "trained",
                        mode=main.mode, bank="episode",  # each episode on an empty store of its own, as in training
-                       note="The embedded SmolLM2-135M-Instruct before (base) and after (trained) harness fine-tuning "
-                            "(the shipped LoRA adapter), under the bpe harness, on held-out crm-migration seeds at difficulty 1.")
+                       note="The embedded SmolLM2-135M-Instruct before (base) and after (trained) harness training: SFT and "
+                            "cost-aware GRPO (the shipped LoRA adapter), under the bpe harness, on held-out crm-migration seeds "
+                            "at difficulty 1.")
     print("the embedded model before and after harness training (crm-migration, difficulty 1, held-out seeds):", flush=True)
     data = run_suite(config)
     _print_results(data, config.out)

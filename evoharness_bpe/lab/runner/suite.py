@@ -215,7 +215,7 @@ def trained_adapter(config: Any) -> str:
 
 
 def shipped_adapter() -> Path | None:
-    """The LoRA adapter the training package ships (the CPU reproduction's SFT policy), without importing it."""
+    """The LoRA adapter the training package ships (the CPU reproduction's policy after SFT and GRPO), without importing it."""
     import importlib.util  # noqa: PLC0415
 
     spec = importlib.util.find_spec("evoharness_bpe_training")
