@@ -43,6 +43,7 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
+from .metrics import read_jsonl
 from .reproduce_config import (FORK_OR_RESUME, PRESETS, STAGE_OUTPUTS, STAGES, ReproduceConfig, field_defaults, fork_config, int_list,
                                load_reproduce_preset, preset_values, reproduce_command, resume_config, shared_stages)
 from .reproduce_episodes import (evaluate_stage, expert_traces, lean_seeds, play_seeds, policy_for, run_budget_problems, training_seeds,
@@ -55,8 +56,6 @@ __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_c
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSONL file the run wrote ([] when it has none)."""
-    from .metrics import read_jsonl
-
     return read_jsonl(path) if path.exists() else []
 
 
