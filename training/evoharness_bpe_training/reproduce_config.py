@@ -122,6 +122,9 @@ class ReproduceConfig:
     grpo_beta: float = field(default=0.0, metadata={
         "help": "β of GRPO's KL term, which holds the policy near the one GRPO started from: with LoRA, TRL trains the "
                 "SFT adapter against a frozen copy of itself. 0: no KL term (and no reference pass). Needs --lora-r > 0."})
+    grpo_seed: int = field(default=-1, metadata={
+        "help": "Seed of GRPO alone (its sampled actions and the order of its states); -1: --seed. A --fork with another "
+                "value trains GRPO again on the same SFT policy: the run-to-run spread of the GRPO stage."})
     grpo_select_every: int = field(default=0, metadata={
         "help": "Keep the best of periodic validations: before the first GRPO update, every N updates and after the last, "
                 "play --grpo-select-episodes validation episodes (seeds apart from the training and held-out ones) greedily "
@@ -196,6 +199,8 @@ class ReproduceConfig:
                      "grpo_beta", "grpo_select_every"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if self.grpo_seed < -1:
+            raise UserError(f"--grpo-seed is a seed (0 or more) or -1 for --seed, got {self.grpo_seed}")
         if self.grpo_beta and not self.lora_r:
             raise UserError("--grpo-beta anchors GRPO to a frozen copy of the LoRA adapter it starts from; without LoRA "
                             "(--lora-r 0) TRL would load a reference model by name, which a locally built policy has not: "
@@ -252,6 +257,10 @@ class ReproduceConfig:
         """The difficulties whose states GRPO trains on (and validates at, with --grpo-select-every)."""
         return int_list(self.grpo_difficulties)
 
+    def grpo_trainer_seed(self) -> int:
+        """The seed GRPO's trainer runs with: --grpo-seed, or --seed where that is -1."""
+        return self.seed if self.grpo_seed == -1 else self.grpo_seed
+
     def episodes_per_level(self) -> dict[int, int]:
         return dict(zip(self.levels(), int_list(self.train_episodes), strict=True))
 
@@ -301,7 +310,7 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
                      "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "grpo_lead_states", "use_vllm",
-                     "grpo_select_every", "grpo_select_episodes", "grpo_aggregation", "grpo_cost_weight"),
+                     "grpo_select_every", "grpo_select_episodes", "grpo_aggregation", "grpo_cost_weight", "grpo_seed"),
                     "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }

@@ -185,7 +185,7 @@ def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer
         dataloader_num_workers=0,
         # a sampled call ends with its line, as at inference (`one_line_calls`)
         generation_kwargs={"stop": ["\n"]} if config.use_vllm else {"eos_token_id": line_ends(tokenizer)},
-        **trainer_kwargs(config, precision),
+        **{**trainer_kwargs(config, precision), "seed": config.grpo_trainer_seed()},
     )
 
 

@@ -167,6 +167,26 @@ def test_grpo_arguments_take_the_runs_sampling_and_advantage_scaling(tmp_path: P
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_scale_rewards="std")
 
 
+def test_grpo_seed_reseeds_grpo_alone(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
+    from evoharness_bpe_training.reproduce_training import grpo_arguments
+    from evoharness_bpe_training.student import student_chat_template
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(512, chat_template=student_chat_template())
+    run = load_reproduce_preset("tiny", out=str(tmp_path), seed=3)
+    reseeded = load_reproduce_preset("tiny", out=str(tmp_path), seed=3, grpo_seed=7)
+    assert grpo_arguments(run, tmp_path, "fp32", tokenizer).seed == 3  # -1: the run's seed
+    assert grpo_arguments(reseeded, tmp_path, "fp32", tokenizer).seed == 7
+    assert shared_stages(asdict(run), asdict(reseeded)) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
+    saved = {k: v for k, v in asdict(run).items() if k != "grpo_seed"}  # a run made before the setting existed
+    assert "grpo-train" in shared_stages(saved, asdict(run)) and "grpo-train" not in shared_stages(saved, asdict(reseeded))
+    with pytest.raises(UserError, match="grpo-seed"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_seed=-2)
+
+
 @pytest.mark.slow
 def test_a_fork_reuses_the_stages_its_changes_leave_alone(interrupted, tmp_path: Path) -> None:
     from dataclasses import replace
