@@ -51,7 +51,7 @@ from .reproduce_episodes import (evaluate_stage, expert_traces, lean_seeds, play
 from .reproduce_training import grpo_train_states, train_grpo, train_sft
 
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
-           "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "register", "PRESETS", "STAGES"]
+           "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "adapter_provenance", "register", "PRESETS", "STAGES"]
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -83,13 +83,18 @@ def write_adapter_card(folder: str | Path, config: ReproduceConfig, tokenizer: A
                     "max_invalid_run": episode.max_invalid_run},
         "policy": {"chat_template": tokenizer.chat_template, "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS),
                    "one_line_calls": True},
-        "produced_by": {"command": reproduce_command(config), "stage": stage,
-                        "train_seeds": {str(level): [0, n - 1] for level, n in config.episodes_per_level().items()},
-                        "config": asdict(config)},
+        "produced_by": adapter_provenance(config, stage),
     }
     path = Path(folder) / ADAPTER_CARD
     path.write_text(json.dumps(card, indent=2), "utf-8")
     return path
+
+
+def adapter_provenance(config: ReproduceConfig, stage: str) -> dict[str, Any]:
+    """The card's ``produced_by``: the command and config that made a stage's adapter, and its training seeds."""
+    return {"command": reproduce_command(config), "stage": stage,
+            "train_seeds": {str(level): [0, n - 1] for level, n in config.episodes_per_level().items()},
+            "config": asdict(config)}
 
 
 def _load_trained(base: Any, folder: Path) -> Any:
@@ -284,7 +289,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
 # -- command line ---------------------------------------------------------------------------
 def register(commands: Any) -> None:
-    """Add ``evoharness reproduce`` to the CLI's sub-parsers."""
+    """Add ``evoharness reproduce`` and ``evoharness export-adapter`` (its adapters, shared) to the CLI's sub-parsers."""
     parser = commands.add_parser("reproduce", help="the miniature reproduction: raw → SFT → cost-aware GRPO, with a report",
                                  description="Each flag's value comes from the preset (--preset, default cpu) unless given; "
                                              "the values shown are the cpu preset's.")
@@ -306,6 +311,9 @@ def register(commands: Any) -> None:
         else:
             parser.add_argument(flag, type=kind, default=None, help=text)
     parser.set_defaults(handler=_main)
+    from .adapter_export import register as register_export
+
+    register_export(commands)
 
 
 

@@ -1,8 +1,9 @@
-"""Shared fixtures: a small `Env`, expert traces from the real framework runners, and the tiny model."""
+"""Shared fixtures: a small `Env`, expert traces from the real framework runners, the tiny model and a LoRA adapter over it."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,6 +116,33 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("tiny-model")
     build_tiny_model(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def save_tiny_adapter(tiny_dir):
+    """``save(folder, config, stage)``: a LoRA adapter (r 4, top layer) over the tiny model whose
+    replies differ from the base's, saved in `folder` with the card `config`'s `stage` writes."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness_bpe_training.reproduce import write_adapter_card
+    from evoharness_bpe_training.speed import lora_config
+    from evoharness_bpe_training.student import student_chat_template
+
+    def save(folder: Path, config, stage: str) -> Path:
+        base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+        tokenizer.chat_template = student_chat_template()
+        model = get_peft_model(base, lora_config(base, r=4, alpha=8, top_layers=1))
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.3)  # an adapter that changes the replies
+        model.save_pretrained(folder)
+        write_adapter_card(folder, config, tokenizer, stage)
+        return folder
+
+    return save
 
 
 @pytest.fixture

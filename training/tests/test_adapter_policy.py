@@ -11,29 +11,11 @@ from evoharness_bpe.exceptions import UserError
 
 
 @pytest.fixture(scope="module")
-def adapter_folder(tiny_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from peft import get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from evoharness_bpe_training.reproduce import write_adapter_card
-
+def adapter_folder(tiny_dir, save_tiny_adapter, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from evoharness_bpe_training.reproduce_config import load_reproduce_preset
-    from evoharness_bpe_training.speed import lora_config
-    from evoharness_bpe_training.student import student_chat_template
 
-    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
-    tokenizer.chat_template = student_chat_template()
-    model = get_peft_model(base, lora_config(base, r=4, alpha=8, top_layers=1))
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(p, std=0.3)  # an adapter that changes the replies
-    folder = tmp_path_factory.mktemp("adapter")
-    model.save_pretrained(folder)
     config = load_reproduce_preset("cpu", out="runs/x", model=str(tiny_dir))
-    write_adapter_card(folder, config, tokenizer, "sft")
-    return folder
+    return save_tiny_adapter(tmp_path_factory.mktemp("adapter"), config, "sft")
 
 
 def test_the_card_records_the_base_the_prompt_format_and_what_produced_it(adapter_folder, tiny_dir) -> None:
