@@ -25,7 +25,7 @@ VALIDATION = 20_000
 _CHOICES: dict[str, tuple[str, ...]] = {"chat_template": ("compact", "compact-tools-first", "qwen3"), "sft_loss": ("completion", "full"),
                                         "grpo_states": ("all", "consulting"), "grpo_lr_schedule": ("linear", "constant"),
                                         "reward": ("cost", "reference"), "grpo_scale_rewards": ("group", "batch", "none"),
-                                        "grpo_aggregation": ("sum", "decoupled")}
+                                        "grpo_aggregation": ("sum", "decoupled"), "grpo_select_rule": ("score", "fewest-calls")}
 
 
 def int_list(text: object) -> list[int]:
@@ -131,6 +131,12 @@ class ReproduceConfig:
                 "and score them with GRPO's reward; the stage ends with the best-scoring weights, the SFT policy's among "
                 "them (ties keep the earlier). 0: the last update's weights."})
     grpo_select_episodes: int = field(default=10, metadata={"help": "Validation episodes per GRPO difficulty (--grpo-select-every)."})
+    grpo_select_rule: str = field(default="score", metadata={
+        "help": "Which validation --grpo-select-every keeps: `score` (the highest mean reward) or `fewest-calls` (the fewest "
+                "meta-calls per episode among those whose success is at least the SFT policy's, update 0's, less "
+                "--grpo-select-margin: the annealing target's own terms)."})
+    grpo_select_margin: float = field(default=0.05, metadata={
+        "help": "With --grpo-select-rule fewest-calls: how far below the SFT policy's validation success a kept update may be."})
     grpo_scale_rewards: str = field(default="group", metadata={
         "help": "What divides a sample's advantage (its reward minus its group's mean): `group`, the group's standard "
                 "deviation (GRPO's; a group that all succeeds teaches a saving of λ as hard as a failure); `batch`, the "
@@ -199,6 +205,8 @@ class ReproduceConfig:
                      "grpo_beta", "grpo_select_every"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if not 0.0 <= self.grpo_select_margin < 1.0:
+            raise UserError(f"--grpo-select-margin is a fraction of success in [0, 1), got {self.grpo_select_margin}")
         if self.grpo_seed < -1:
             raise UserError(f"--grpo-seed is a seed (0 or more) or -1 for --seed, got {self.grpo_seed}")
         if self.grpo_beta and not self.lora_r:
@@ -310,7 +318,8 @@ _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
                      "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "grpo_lead_states", "use_vllm",
-                     "grpo_select_every", "grpo_select_episodes", "grpo_aggregation", "grpo_cost_weight", "grpo_seed"),
+                     "grpo_select_every", "grpo_select_episodes", "grpo_select_rule", "grpo_select_margin", "grpo_aggregation", "grpo_cost_weight",
+                     "grpo_seed"),
                     "grpo-train"),
     "grpo_eval_difficulties": "grpo",
 }

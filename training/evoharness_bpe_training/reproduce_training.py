@@ -197,7 +197,7 @@ def train_grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config:
     from .callbacks import MetricsFileCallback, RecordsFileCallback
     from .continuation import DecoupledReward
     from .exploration import SkipExploration
-    from .selection import BestOnValidation
+    from .selection import BestOnValidation, selection_key
     from .sft import quiet_trainer
     from .speed import score_trained_positions_only
 
@@ -219,7 +219,8 @@ def train_grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config:
                  step_progress("grpo-train", log)]
     if config.grpo_select_every:
         callbacks.append(BestOnValidation(grpo_validation(config, out, precision, tokenizer, reward, log), config.grpo_select_every,
-                                          path=out / "grpo" / "selection.jsonl", log=log))
+                                          path=out / "grpo" / "selection.jsonl", log=log,
+                                          key=selection_key(config.grpo_select_rule, config.grpo_select_margin)))
     with warnings.catch_warnings():  # TRL marks rollout_func experimental; its contract is tested here
         warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
         trainer = GRPOTrainer(

@@ -77,6 +77,43 @@ def test_the_start_is_kept_when_no_update_beats_it_and_a_new_training_starts_a_n
         BestOnValidation(lambda m, step: {"score": 0.0}, 0)
 
 
+def test_fewest_calls_keeps_the_leanest_update_within_the_margin_of_the_start(tmp_path: Path) -> None:
+    import torch
+
+    from evoharness_bpe_training.selection import BestOnValidation, fewest_calls
+
+    # run BL's validations, then a leaner update whose success fell 10 points
+    measured = {0: (0.589, 0.80, 8.3), 2: (0.682, 0.85, 6.3), 4: (0.681, 0.80, 4.55), 6: (0.70, 0.70, 3.0), 8: (0.5, 0.80, 4.55)}
+    results = {step: {"score": score, "success": success, "meta_calls": calls} for step, (score, success, calls) in measured.items()}
+    weights: dict[int, object] = {}
+    lines: list[str] = []
+    callback = BestOnValidation(lambda m, step: results[step], 2, key=fewest_calls(0.05), log=lines.append)
+    _drive(callback, torch.nn.Linear(2, 2), {}, 8, weights)
+    assert callback.best_step == 4  # update 6 has fewer calls but 10 points less success; update 8 ties update 4: the earlier
+    assert "success 0.80 at 4.55 meta-calls (best: update 4)" in lines[2]
+    by_score = BestOnValidation(lambda m, step: results[step], 2)
+    _drive(by_score, torch.nn.Linear(2, 2), {}, 8, {})
+    assert by_score.best_step == 6  # the reward alone trades the success away
+    strict = BestOnValidation(lambda m, step: results[step], 2, key=fewest_calls(0.0))
+    _drive(strict, torch.nn.Linear(2, 2), {}, 8, {})
+    assert strict.best_step == 4
+    with pytest.raises(UserError, match="margin"):
+        fewest_calls(1.0)
+
+
+def test_a_start_below_every_update_is_kept_only_when_nothing_is_within_its_margin() -> None:
+    from evoharness_bpe_training.selection import SELECTION_RULES, fewest_calls, selection_key
+    from evoharness_bpe_training.reproduce_config import _CHOICES
+
+    key = fewest_calls(0.05)
+    first = {"success": 0.8, "meta_calls": 8.0}
+    assert key({"success": 0.5, "meta_calls": 1.0}, first) < key(first, first)
+    assert key({"success": 0.75, "meta_calls": 7.9}, first) > key(first, first)
+    assert selection_key("score") is not key and tuple(_CHOICES["grpo_select_rule"]) == SELECTION_RULES
+    with pytest.raises(UserError, match="score or fewest-calls"):
+        selection_key("lowest")
+
+
 def test_select_settings_are_checked_and_retrain_grpo_only(tmp_path: Path) -> None:
     from evoharness_bpe_training.reproduce_config import load_reproduce_preset, shared_stages
 
@@ -86,6 +123,13 @@ def test_select_settings_are_checked_and_retrain_grpo_only(tmp_path: Path) -> No
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_select_every=2, grpo_select_episodes=0)
     shared = shared_stages({"grpo_select_every": 0}, {"grpo_select_every": 4})
     assert "grpo-states" in shared and "grpo-train" not in shared
+    with pytest.raises(UserError, match="--grpo-select-rule takes score or fewest-calls"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_select_rule="lowest")
+    with pytest.raises(UserError, match="--grpo-select-margin"):
+        load_reproduce_preset("tiny", out=str(tmp_path), grpo_select_margin=-0.1)
+    for name, value in (("grpo_select_rule", "fewest-calls"), ("grpo_select_margin", 0.1)):
+        shared = shared_stages({}, {name: value})
+        assert "grpo-states" in shared and "grpo-train" not in shared
 
 
 @pytest.mark.slow
