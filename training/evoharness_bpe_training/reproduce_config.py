@@ -128,8 +128,8 @@ class ReproduceConfig:
     grpo_select_every: int = field(default=0, metadata={
         "help": "Keep the best of periodic validations: before the first GRPO update, every N updates and after the last, "
                 "play --grpo-select-episodes validation episodes (seeds apart from the training and held-out ones) greedily "
-                "and score them with GRPO's reward; the stage ends with the best-scoring weights, the SFT policy's among "
-                "them (ties keep the earlier). 0: the last update's weights."})
+                "and score them with GRPO's reward; the stage ends with the best weights by --grpo-select-rule, the SFT "
+                "policy's among them (ties keep the earlier). 0: the last update's weights."})
     grpo_select_episodes: int = field(default=10, metadata={"help": "Validation episodes per GRPO difficulty (--grpo-select-every)."})
     grpo_select_rule: str = field(default="score", metadata={
         "help": "Which validation --grpo-select-every keeps: `score` (the highest mean reward) or `fewest-calls` (the fewest "
