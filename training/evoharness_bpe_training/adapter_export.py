@@ -68,6 +68,8 @@ def export_adapter(run: str | Path, dest: str | Path, *, stage: str = "grpo", pr
     shutil.copyfile(source / "adapter_model.safetensors", dest / "adapter_model.safetensors")
     lora = json.loads((source / "adapter_config.json").read_text("utf-8"))
     lora["base_model_name_or_path"] = HUB_IDS.get(str(card.get("base")), lora.get("base_model_name_or_path"))
+    if isinstance(lora.get("target_modules"), list):  # PEFT saves a set, in no fixed order: sorted, an export is repeatable
+        lora["target_modules"] = sorted(lora["target_modules"])
     (dest / "adapter_config.json").write_text(json.dumps(lora, indent=2, sort_keys=True) + "\n", "utf-8")
     card["produced_by"] = adapter_provenance(config, stage)
     (dest / ADAPTER_CARD).write_text(json.dumps(card, indent=2), "utf-8")

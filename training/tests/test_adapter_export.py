@@ -36,8 +36,9 @@ def test_export_copies_the_weights_names_the_hub_base_and_no_local_path(tmp_path
     assert (dest / "adapter_model.safetensors").read_bytes() == (source / "adapter_model.safetensors").read_bytes()
     lora, saved = (json.loads((folder / "adapter_config.json").read_text()) for folder in (dest, source))
     assert lora["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct" != saved["base_model_name_or_path"]
-    assert {k: v for k, v in lora.items() if k != "base_model_name_or_path"} == \
-        {k: v for k, v in saved.items() if k != "base_model_name_or_path"}
+    assert lora["target_modules"] == sorted(saved["target_modules"])
+    assert {k: v for k, v in lora.items() if k not in ("base_model_name_or_path", "target_modules")} == \
+        {k: v for k, v in saved.items() if k not in ("base_model_name_or_path", "target_modules")}
     card, run_card = read_adapter_card(dest), read_adapter_card(source)
     assert (card["episode"], card["policy"], card["base"]) == (run_card["episode"], run_card["policy"], run_card["base"])
     produced = card["produced_by"]
