@@ -240,7 +240,7 @@ def run_grpo(
     from .environment import harness_environment, rollout_tool_schemas
     from .envs import env_factory as resolve_env
     from .metrics import harness_metrics, plot_harness_metrics
-    from .models import load_model_and_tokenizer
+    from .models import load_model_and_tokenizer, save_model_and_tokenizer
     from .rewards import make_cost_aware_reward
     from .speed import score_trained_positions_only
 
@@ -297,8 +297,7 @@ def run_grpo(
         render_harness_tools(trainer, rollout_tool_schemas(environment_cls))
     result = trainer.train()
     adapter_dir = out / ("adapter" if hasattr(trainer.model, "peft_config") else "model")
-    trainer.model.save_pretrained(adapter_dir)
-    tokenizer.save_pretrained(adapter_dir)
+    save_model_and_tokenizer(trainer.model, tokenizer, adapter_dir)
     harness = harness_metrics(log.records)
     metrics = {"train": dict(result.metrics), "harness": harness}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float), "utf-8")

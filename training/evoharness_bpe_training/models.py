@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 from evoharness_bpe.lab.policies.transformers import EMBEDDED_GGUF, INSTALL_EMBEDDED, embedded_model_dir
 
-__all__ = ["SMOLLM2_GGUF", "PRESET_MODELS", "smollm2_gguf_dir", "smollm2_tokenizer", "model_folder_problem", "load_model_and_tokenizer"]
+__all__ = ["SMOLLM2_GGUF", "PRESET_MODELS", "smollm2_gguf_dir", "smollm2_tokenizer", "model_folder_problem", "load_model_and_tokenizer",
+           "save_model_and_tokenizer"]
 
 SMOLLM2_GGUF = EMBEDDED_GGUF
 
@@ -20,6 +22,20 @@ def smollm2_gguf_dir() -> Path:
     if folder is None:
         raise UserError(f"SmolLM2 is not installed: {INSTALL_EMBEDDED}")
     return Path(folder)
+
+
+def save_model_and_tokenizer(model: Any, tokenizer: Any, folder: str | os.PathLike[str]) -> Path:
+    """Save a trained model (or its LoRA adapter) and its tokenizer to `folder`.
+
+    PEFT looks for the base model's ``config.json`` to see whether the vocabulary was resized; a
+    base loaded from a GGUF file (the embedded SmolLM2) has none, and PEFT warns that it assumes
+    the vocabulary unchanged, which it is: nothing here resizes it. That one warning is dropped."""
+    folder = Path(folder)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Could not find a config file in .* will assume that the vocabulary was not modified")
+        model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def smollm2_tokenizer() -> Any:

@@ -60,8 +60,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _save(model: Any, tokenizer: Any, folder: Path, config: ReproduceConfig | None = None, stage: str = "") -> None:
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    from .models import save_model_and_tokenizer
+
+    save_model_and_tokenizer(model, tokenizer, folder)
     if config is not None and (folder / "adapter_config.json").exists():
         write_adapter_card(folder, config, tokenizer, stage)
 

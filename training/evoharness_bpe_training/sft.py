@@ -224,7 +224,7 @@ def run_sft(
     trainer's own printing of log dicts and progress bars (when `callbacks` report progress).
     """
     from .callbacks import MetricsFileCallback
-    from .models import load_model_and_tokenizer
+    from .models import load_model_and_tokenizer, save_model_and_tokenizer
     from .speed import score_trained_positions_only
 
     score_trained_positions_only()
@@ -274,8 +274,7 @@ def run_sft(
         metrics.update(trainer.evaluate())
     metrics["rows"] = trainer.row_report
     adapter_dir = out / ("adapter" if peft_config is not None else "model")
-    trainer.model.save_pretrained(adapter_dir)
-    tokenizer.save_pretrained(adapter_dir)
+    save_model_and_tokenizer(trainer.model, tokenizer, adapter_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float), "utf-8")
     return SFTResult(output_dir=out, adapter_dir=adapter_dir, metrics=metrics, rows=trainer.row_report, model=trainer.model)
 
