@@ -128,8 +128,9 @@ def qwen3_model_for(tokenizer, *, hidden_size: int, layers: int, intermediate_si
 
 def save_model(model, tokenizer, out_dir: str | os.PathLike[str] | None) -> None:
     """Save `model` and `tokenizer` to `out_dir` (nothing when it is None)."""
+    from .models import save_model_and_tokenizer
+
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        save_model_and_tokenizer(model, tokenizer, out)
