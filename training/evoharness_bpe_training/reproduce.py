@@ -45,7 +45,8 @@ from evoharness_bpe.exceptions import UserError
 
 from .metrics import read_jsonl
 from .reproduce_config import (FORK_OR_RESUME, PRESETS, STAGE_OUTPUTS, STAGES, ReproduceConfig, field_defaults, fork_config, int_list,
-                               load_reproduce_preset, preset_values, reproduce_command, resume_config, shared_stages)
+                               load_reproduce_preset, needs_sft_training, preset_values, reproduce_command, resume_config,
+                               shared_stages)
 from .reproduce_episodes import (evaluate_stage, expert_traces, lean_seeds, play_seeds, policy_for, run_budget_problems, training_seeds,
                                  write_traces)
 from .reproduce_training import grpo_train_states, train_grpo, train_sft
@@ -215,10 +216,12 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         log(f"sft: {len(dataset['train'])} rows, loss {metrics.get('train_loss', float('nan')):.3f}")
         return {"rows": len(dataset["train"]), **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
-    sft_metrics = folder.run("sft-train", sft_train, log)
-    if (out / "sft" / "model" / "adapter_config.json").exists():  # a fresh base: training injected its LoRA layers in place
-        model, tokenizer = _base_model(config, out, dataset)
-    model = _load_trained(model, out / "sft" / "model")
+    sft_metrics: dict[str, Any] = {}
+    if needs_sft_training(stages):
+        sft_metrics = folder.run("sft-train", sft_train, log)
+        if (out / "sft" / "model" / "adapter_config.json").exists():  # a fresh base: training injected its LoRA layers in place
+            model, tokenizer = _base_model(config, out, dataset)
+        model = _load_trained(model, out / "sft" / "model")
     if "sft" in stages:
         results.append(folder.run("sft", lambda: evaluate_stage("sft", model, tokenizer, config, out, log, precision), log))
 

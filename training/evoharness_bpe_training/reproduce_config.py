@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,7 @@ from evoharness_bpe.actions import META_ACTIONS
 from evoharness_bpe.exceptions import UserError
 
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce_command", "resume_config", "fork_config", "shared_stages",
-           "field_defaults", "preset_values", "int_list", "PRESETS", "STAGES", "STAGE_OUTPUTS", "HELD_OUT", "VALIDATION"]
+           "field_defaults", "preset_values", "int_list", "PRESETS", "STAGES", "STAGE_OUTPUTS", "HELD_OUT", "VALIDATION", "needs_sft_training"]
 
 PRESETS: tuple[str, ...] = ("cpu", "tiny", "smollm2-gpu")
 HELD_OUT = 10_000
@@ -64,7 +65,8 @@ class ReproduceConfig:
                 "is still in the window, so the next batch's ids are on the dashboard once the page has left it "
                 "(they show with --dashboard-tokens 280, not at 160)."})
     eval_episodes: int = field(default=10, metadata={"help": "Held-out episodes per stage and difficulty."})
-    stages: str = field(default="raw,sft,grpo", metadata={"help": "Stages to evaluate."})
+    stages: str = field(default="raw,sft,grpo", metadata={
+        "help": "Stages to evaluate, of raw, sft and grpo; training runs only as far as they need (raw alone trains nothing)."})
     window: int = field(default=4, metadata={"help": "Recent messages in each prompt."})
     dashboard_tokens: int = field(default=160, metadata={"help": "Dashboard token budget."})
     spec_style: str = field(default="compact", metadata={"help": "Tool-spec and observation style."})
@@ -328,6 +330,16 @@ _FIRST_AFFECTED: dict[str, str | None] = {
 _EVALUATIONS_ONLY: tuple[str, ...] = ("eval_episodes",)
 """Settings that change only the evaluation stages (raw, sft, grpo): no model and no GRPO state depends on them."""
 _EVALUATION_STAGES: tuple[str, ...] = ("raw", "sft", "grpo")
+
+
+def needs_sft_training(stages: Iterable[str]) -> bool:
+    """Whether evaluating `stages` (``--stages``) needs the ``sft-train`` stage: ``sft`` evaluates its
+    policy and ``grpo`` starts from it; ``raw`` alone trains nothing.
+
+    >>> needs_sft_training(["raw"]), needs_sft_training(["raw", "grpo"])
+    (False, True)
+    """
+    return bool({"sft", "grpo"} & set(stages))
 
 
 FORK_OR_RESUME = "--fork starts a new run from another's stages; --resume continues a run: pass one of them"

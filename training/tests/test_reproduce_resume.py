@@ -342,3 +342,17 @@ def test_decoupled_aggregation_reaches_trls_config_and_is_checked(tmp_path: Path
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_aggregation="gdpo")
     assert "grpo-states" in shared_stages({"grpo_aggregation": "sum"}, {"grpo_aggregation": "decoupled"})
     assert "grpo-train" not in shared_stages({"grpo_aggregation": "sum"}, {"grpo_aggregation": "decoupled"})
+
+
+@pytest.mark.slow
+def test_raw_stage_alone_trains_nothing(tmp_path: Path) -> None:
+    """``--stages raw`` evaluates the untrained policy and stops: no SFT training, no GRPO, a report."""
+    from evoharness_bpe_training import reproduce as module
+
+    lines: list[str] = []
+    summary = module.reproduce(module.load_reproduce_preset("tiny", out=str(tmp_path), stages="raw"), log=lines.append)
+    assert [r["stage"] for r in summary["results"]] == ["raw"]
+    assert set(summary["stage_wall_s"]) == {"expert", "raw"}
+    assert not (tmp_path / "sft").exists() and not (tmp_path / "grpo").exists()
+    assert not any(line.startswith(("sft", "[sft-train]")) for line in lines)
+    assert (tmp_path / "report.md").exists() and (tmp_path / "eval-raw.jsonl").exists()
