@@ -4,6 +4,7 @@ where SmolLM2-135M's time goes on a CPU.
     python bench/training.py            # 1 and 2 (seconds)
     python bench/training.py --speed    # 3: the reproduction's old path and its new one (a few minutes)
     python bench/training.py --prefix   # 4: the prompt layout and the kept prefix (a few minutes)
+    python bench/training.py --frozen-cache  # 5: SFT with the frozen layers' output kept (about 5 minutes)
 
 1. `traces_to_sft_dataset` on 200 episodes of 10 model calls, against the baseline of
    serialising the same traces to JSON (the least any export must do).
@@ -18,6 +19,9 @@ where SmolLM2-135M's time goes on a CPU.
    `compact-tools-first` (the tool section ahead of the system text and dashboard), in one batch
    and one at a time, each with and without the prefix kept from the call before
    (`TransformersPolicy(keep_prefix=)`): seconds per reply against the compact layout without it.
+5. The reproduction's SFT stage on a few of its rows, without and with the output of the frozen
+   layers below LoRA kept after each row's first pass (`frozen_layers`): seconds per row pass
+   against the uncached run, and how far the two adapters differ.
 """
 
 from __future__ import annotations
@@ -309,6 +313,68 @@ def prefix_reuse() -> None:
               f"{alone:.2f} | {alone / figures['compact', 'alone', False]:.2f} |")
 
 
+def frozen_cache(rows: int = 12) -> None:
+    """5: the reproduction's SFT stage (the cpu preset's settings: LoRA on the top 10 of 30 layers,
+    3 epochs, 4 rows a step) on its first `rows` rows, without and with the frozen layers' cache:
+    seconds per row pass and the largest difference between the two adapters."""
+    import json
+    import os
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import load_file
+
+    from evoharness_bpe_training.datasets import traces_to_sft_dataset
+    from evoharness_bpe_training.reproduce import _base_model
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_episodes import expert_traces, lean_seeds, training_seeds
+    from evoharness_bpe_training.reproduce_training import train_sft
+    from evoharness_bpe_training.speed import resolve_precision
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = load_reproduce_preset("cpu", out=folder)
+        precision = resolve_precision(config.precision)
+        traces = expert_traces(config, training_seeds(config))
+        traces += expert_traces(config, lean_seeds(config), lean=True)
+        dataset = traces_to_sft_dataset(traces, deduplicate=True, balance_positions=True, eval_fraction=0.0, seed=config.seed)
+        train = dataset["train"]
+        first_of = {}  # balance_positions repeats rows: one of each, `rows` of them spread over the set
+        for index, row in enumerate(train):
+            first_of.setdefault(json.dumps([row["prompt"], row["completion"]], sort_keys=True), index)
+        distinct = sorted(first_of.values())
+        dataset["train"] = train.select(distinct[:: len(distinct) // rows][:rows])
+        passes = rows * config.sft_epochs
+        print(f"machine: {torch.get_num_threads()} torch threads, {precision}, load {os.getloadavg()[0]:.1f}; "
+              f"{rows} of the cpu preset's SFT rows, {config.sft_epochs:g} epochs, LoRA on the top {config.lora_layers} layers")
+        seconds, adapters = {}, {}
+        for cached in (False, True):
+            run = replace(config, sft_cache_frozen_layers=cached)
+            out = Path(folder) / ("cached" if cached else "uncached")
+            model, tokenizer = _base_model(run, out, dataset)
+            start = time.perf_counter()
+            _, metrics = train_sft(model, tokenizer, dataset, run, out, precision, log=lambda line: None)
+            seconds[cached] = (time.perf_counter() - start) / (rows * config.sft_epochs)
+            adapters[cached] = load_file(str(out / "sft" / "adapter" / "adapter_model.safetensors"))
+            if cached:
+                hits = metrics.get("frozen_layers_cache_hits", 0)
+                layers = metrics.get("frozen_layers_cached", 0)
+    difference = max((adapters[True][k] - adapters[False][k]).abs().max().item() for k in adapters[True])
+    largest = max(v.abs().max().item() for v in adapters[False].values())
+    hit = (seconds[True] * passes - seconds[False] * (passes - hits)) / hits / seconds[False]  # a pass from the cache, vs a full one
+    whole = len(train) * config.sft_epochs
+    projected = (len(distinct) + (whole - len(distinct)) * hit) / whole
+    print("\n| SFT, one row pass (forward and backward) | seconds | vs uncached |\n|---|---|---|")
+    print(f"| every layer run for every pass | {seconds[False]:.2f} | 1.00 |")
+    print(f"| the {layers} frozen layers' output kept after a row's first pass ({hits} of "
+          f"{passes:g} passes from the cache) | {seconds[True]:.2f} | {seconds[True] / seconds[False]:.2f} |")
+    print(f"| a pass from the cache alone | {hit * seconds[False]:.2f} | {hit:.2f} |")
+    print(f"\nlargest difference between the two adapters: {difference:.2e} (largest weight {largest:.3f})")
+    print(f"the preset's SFT set: {len(train)} rows, {len(distinct)} distinct; {whole:g} passes of which {len(distinct)} "
+          f"run every layer: projected SFT time {projected:.2f}x the uncached")
+
+
 if __name__ == "__main__":
     import sys
 
@@ -316,5 +382,7 @@ if __name__ == "__main__":
         speed()
     elif "--prefix" in sys.argv[1:]:
         prefix_reuse()
+    elif "--frozen-cache" in sys.argv[1:]:
+        frozen_cache()
     else:
         main()

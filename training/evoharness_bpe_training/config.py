@@ -120,6 +120,13 @@ class SFTRecipeConfig(_HarnessDefaults, SFTConfig, ModelConfig):
                           "markup, its tool name and its first argument)."},
     )
 
+    cache_frozen_layers: bool = field(
+        default=True,
+        metadata={"help": "With LoRA on the top layers only, keep the hidden state the frozen layers below hand up for "
+                          "each row and reuse it in later epochs (the same loss and adapter, epochs after the first "
+                          "faster; up to 4 GiB kept, `frozen_layers.cache_frozen_layers`)."},
+    )
+
     def __post_init__(self) -> None:
         if not 0.0 <= self.eval_fraction < 1.0:
             raise UserError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")

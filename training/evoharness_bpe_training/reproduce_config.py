@@ -93,6 +93,9 @@ class ReproduceConfig:
     sft_opening_tokens: int = field(default=24, metadata={"help": "How many of each reply's first tokens --sft-opening-weight weighs "
                                                                     "(12 ends at the tool name's first token in SmolLM2's "
                                                                     "tokenization: the choice alone, no argument)."})
+    sft_cache_frozen_layers: bool = field(default=True, metadata={
+        "help": "Keep the hidden state the layers below LoRA's hand up for each SFT row and reuse it in later epochs "
+                "(the same adapter, sooner; `frozen_layers`)."})
     grpo_steps: int = field(default=20, metadata={"help": "GRPO optimizer steps."})
     grpo_learning_rate: float = field(default=1e-4, metadata={"help": "GRPO learning rate."})
     grpo_lr_schedule: str = field(default="linear", metadata={"help": "`linear` (decays to 0 over --grpo-steps: over a few updates the "
@@ -314,7 +317,7 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
 """What each stage writes in the run folder (besides its marker)."""
 
 _FIRST_AFFECTED: dict[str, str | None] = {
-    **dict.fromkeys(("out", "stages"), None),
+    **dict.fromkeys(("out", "stages", "sft_cache_frozen_layers"), None),  # the last: the same adapter, sooner
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",

@@ -69,6 +69,7 @@ def sft_recipe(config: ReproduceConfig, out: Path, precision: str, *, lora: bool
                            max_length=4096, eval_fraction=0.0,
                            deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
                            opening_weight=config.sft_opening_weight, opening_tokens=config.sft_opening_tokens,
+                           cache_frozen_layers=config.sft_cache_frozen_layers,
                            **trainer_kwargs(config, precision))
 
 

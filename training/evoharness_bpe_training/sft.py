@@ -15,6 +15,7 @@ import copy
 import json
 import logging
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,7 @@ def run_sft(
     trainer's own printing of log dicts and progress bars (when `callbacks` report progress).
     """
     from .callbacks import MetricsFileCallback
+    from .frozen_layers import cache_frozen_layers
     from .models import load_model_and_tokenizer, save_model_and_tokenizer
     from .speed import score_trained_positions_only
 
@@ -268,8 +270,12 @@ def run_sft(
         raise UserError("no training row fits max_length; raise max_length")
     if quiet:
         quiet_trainer(trainer)
-    result = trainer.train()
+    with cache_frozen_layers(trainer.model) if config.cache_frozen_layers else nullcontext() as cache:
+        result = trainer.train()
     metrics: dict[str, Any] = dict(result.metrics)
+    if cache is not None:
+        metrics["frozen_layers_cached"] = len(cache.layers)
+        metrics["frozen_layers_cache_hits"] = cache.hits
     if evaluation is not None and len(trainer.eval_dataset):
         metrics.update(trainer.evaluate())
     metrics["rows"] = trainer.row_report
