@@ -122,9 +122,10 @@ class SFTRecipeConfig(_HarnessDefaults, SFTConfig, ModelConfig):
 
     cache_frozen_layers: bool = field(
         default=True,
-        metadata={"help": "With LoRA on the top layers only, keep the hidden state the frozen layers below hand up for "
-                          "each row and reuse it in later epochs (the same loss and adapter, epochs after the first "
-                          "faster; up to 4 GiB kept, `frozen_layers.cache_frozen_layers`)."},
+        metadata={"help": "With LoRA on the top layers only and one row a pass (per_device_train_batch_size 1), keep the "
+                          "hidden state the frozen layers below hand up for each row and hand it up again on its later "
+                          "passes (the same loss and adapter, sooner; up to 4 GiB kept, "
+                          "`frozen_layers.cache_frozen_layers`). Not under DeepSpeed or FSDP."},
     )
 
     def __post_init__(self) -> None:

@@ -225,7 +225,6 @@ def run_sft(
     trainer's own printing of log dicts and progress bars (when `callbacks` report progress).
     """
     from .callbacks import MetricsFileCallback
-    from .frozen_layers import cache_frozen_layers
     from .models import load_model_and_tokenizer, save_model_and_tokenizer
     from .speed import score_trained_positions_only
 
@@ -270,7 +269,7 @@ def run_sft(
         raise UserError("no training row fits max_length; raise max_length")
     if quiet:
         quiet_trainer(trainer)
-    with cache_frozen_layers(trainer.model) if config.cache_frozen_layers else nullcontext() as cache:
+    with _frozen_layers_cache(trainer, config.cache_frozen_layers) as cache:
         result = trainer.train()
     metrics: dict[str, Any] = dict(result.metrics)
     if cache is not None:
@@ -283,6 +282,17 @@ def run_sft(
     save_model_and_tokenizer(trainer.model, tokenizer, adapter_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float), "utf-8")
     return SFTResult(output_dir=out, adapter_dir=adapter_dir, metrics=metrics, rows=trainer.row_report, model=trainer.model)
+
+
+def _frozen_layers_cache(trainer: Any, wanted: bool) -> Any:
+    """The frozen layers' cache (`frozen_layers.cache_frozen_layers`) around `trainer`'s run where it
+    pays and applies: one row a pass (a batch of several rows rarely comes back whole) and no
+    DeepSpeed or FSDP (they gather a layer's weights as it runs); else a context that does nothing."""
+    if not wanted or trainer.args.per_device_train_batch_size != 1 or trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        return nullcontext()
+    from .frozen_layers import cache_frozen_layers
+
+    return cache_frozen_layers(trainer.model)
 
 
 def quiet_trainer(trainer: Any) -> Any:

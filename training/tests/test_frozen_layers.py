@@ -89,15 +89,16 @@ def test_sft_with_the_cache_trains_the_same_adapter_and_runs_the_frozen_layers_o
 
     dataset = traces_to_sft_dataset(sft_traces, eval_fraction=0.0)
     adapters, results = {}, {}
-    for cached in (False, True):
+    for cached, rows_a_pass in ((False, 1), (True, 1), ("batched", 2)):
         model, tokenizer = _lora_model(layers=4, top_layers=1)
         config = SFTRecipeConfig(output_dir=str(tmp_path / str(cached)), num_train_epochs=3, learning_rate=1e-2,
-                                 per_device_train_batch_size=1, gradient_accumulation_steps=2, eval_fraction=0.0,
-                                 logging_steps=1, report_to="none", save_strategy="no", seed=0, disable_tqdm=True,
-                                 activation_checkpointing=False, cache_frozen_layers=cached)
+                                 per_device_train_batch_size=rows_a_pass, gradient_accumulation_steps=2 // rows_a_pass,
+                                 eval_fraction=0.0, logging_steps=1, report_to="none", save_strategy="no", seed=0,
+                                 disable_tqdm=True, activation_checkpointing=False, cache_frozen_layers=bool(cached))
         result = run_sft(config, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=None, quiet=True)
         adapters[cached] = load_file(str(result.adapter_dir / "adapter_model.safetensors"))
         results[cached] = result
+    assert "frozen_layers_cached" not in results["batched"].metrics  # batches of several rows: no cache
     rows = results[True].rows["train"]["kept"]
     assert results[True].metrics["frozen_layers_cached"] == 3
     assert results[True].metrics["frozen_layers_cache_hits"] == 2 * rows  # epochs 2 and 3
