@@ -315,9 +315,8 @@ def prefix_reuse() -> None:
 
 def frozen_cache(rows: int = 12) -> None:
     """5: the reproduction's SFT stage (the cpu preset's settings: LoRA on the top 10 of 30 layers,
-    3 epochs, 4 rows a step) on its first `rows` rows, without and with the frozen layers' cache:
-    seconds per row pass and the largest difference between the two adapters."""
-    import json
+    3 epochs, 4 rows a step) on `rows` distinct rows spread over its set, without and with the frozen
+    layers' cache: seconds per row pass and the largest difference between the two adapters."""
     import os
     import tempfile
     from dataclasses import replace
@@ -326,7 +325,7 @@ def frozen_cache(rows: int = 12) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from evoharness_bpe_training.datasets import traces_to_sft_dataset
+    from evoharness_bpe_training.datasets import row_key, traces_to_sft_dataset
     from evoharness_bpe_training.reproduce import _base_model
     from evoharness_bpe_training.reproduce_config import load_reproduce_preset
     from evoharness_bpe_training.reproduce_episodes import expert_traces, lean_seeds, training_seeds
@@ -342,7 +341,7 @@ def frozen_cache(rows: int = 12) -> None:
         train = dataset["train"]
         first_of = {}  # balance_positions repeats rows: one of each, `rows` of them spread over the set
         for index, row in enumerate(train):
-            first_of.setdefault(json.dumps([row["prompt"], row["completion"]], sort_keys=True), index)
+            first_of.setdefault(row_key(row), index)
         distinct = sorted(first_of.values())
         dataset["train"] = train.select(distinct[:: len(distinct) // rows][:rows])
         passes = rows * config.sft_epochs
@@ -355,7 +354,7 @@ def frozen_cache(rows: int = 12) -> None:
             model, tokenizer = _base_model(run, out, dataset)
             start = time.perf_counter()
             _, metrics = train_sft(model, tokenizer, dataset, run, out, precision, log=lambda line: None)
-            seconds[cached] = (time.perf_counter() - start) / (rows * config.sft_epochs)
+            seconds[cached] = (time.perf_counter() - start) / passes
             adapters[cached] = load_file(str(out / "sft" / "adapter" / "adapter_model.safetensors"))
             if cached:
                 hits = metrics.get("frozen_layers_cache_hits", 0)

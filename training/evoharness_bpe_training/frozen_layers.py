@@ -56,21 +56,24 @@ def _drops_out(module: Any) -> bool:
     return False
 
 
-def frozen_bottom_layers(model: Any) -> int:
-    """How many decoder layers, from the bottom, `model` can hand up from a cache: none of their
+def _frozen_bottom(model: Any) -> list[Any]:
+    """The decoder layers, from the bottom, that `model` can hand up from a cache: none of their
     parameters trains, nothing below them trains (the embeddings), and none of them drops out."""
     layers = decoder_layer_list(model)
-    if layers is None:
-        return 0
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    if embeddings is not None and _trains(embeddings):
-        return 0
-    frozen = 0
+    if layers is None or (embeddings is not None and _trains(embeddings)):
+        return []
+    frozen: list[Any] = []
     for layer in layers:
         if _trains(layer) or _drops_out(layer):
             break
-        frozen += 1
+        frozen.append(layer)
     return frozen
+
+
+def frozen_bottom_layers(model: Any) -> int:
+    """How many decoder layers, from the bottom, `model` can hand up from a cache (`_frozen_bottom`)."""
+    return len(_frozen_bottom(model))
 
 
 def _tensor_digest(digest: Any, tensor: Any) -> None:
@@ -172,14 +175,13 @@ def cache_frozen_layers(model: Any, *, max_bytes: int = DEFAULT_MAX_BYTES) -> It
     """Within the block, `model`'s frozen bottom layers (`frozen_bottom_layers`) hand up a row's
     hidden state from a cache after its first pass; yields the cache, or None where fewer than two
     layers are frozen (all layers trained, or dropout in them) and nothing changes."""
-    layers = decoder_layer_list(model)
-    frozen = frozen_bottom_layers(model)
-    if frozen < 2 or any("forward" in layer.__dict__ for layer in list(layers)[:frozen]):
-        if frozen >= 2:
+    frozen = _frozen_bottom(model)
+    if len(frozen) < 2 or any("forward" in layer.__dict__ for layer in frozen):
+        if len(frozen) >= 2:
             logger.warning("frozen layers not cached: their forward is already replaced on the instance")
         yield None
         return
-    cache = FrozenLayersCache(list(layers)[:frozen], max_bytes=max_bytes)
+    cache = FrozenLayersCache(frozen, max_bytes=max_bytes)
     cache.install()
     try:
         yield cache
