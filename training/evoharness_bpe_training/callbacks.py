@@ -12,11 +12,20 @@ __all__ = ["MetricsFileCallback", "RecordsFileCallback"]
 
 
 class MetricsFileCallback(TrainerCallback):
-    """Appends every logged dict (with its step) to a JSONL file."""
+    """Appends every logged dict (with its step) to a JSONL file.
+
+    A training resumed from a checkpoint starts the file again from the checkpoint's own log: the
+    steps after the checkpoint, logged by the stopped try, are trained and logged again.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001 - transformers' signature
+        if state.global_step and state.is_world_process_zero:  # resumed: the checkpoint's log comes with its state
+            with self.path.open("w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps({"step": entry["step"], **entry}, default=float) + "\n" for entry in state.log_history)
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 - transformers' signature
         if logs and state.is_world_process_zero:

@@ -127,6 +127,12 @@ class SFTRecipeConfig(_HarnessDefaults, SFTConfig, ModelConfig):
                           "passes (the same loss and adapter, sooner; up to 4 GiB kept, "
                           "`frozen_layers.cache_frozen_layers`). Not under DeepSpeed or FSDP."},
     )
+    checkpoint_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where the trainer's checkpoints go (`save_strategy`, `save_steps`), apart from the adapter and "
+                          "metrics in `output_dir`; None: `output_dir`. `resume_from_checkpoint` (one of them) continues "
+                          "a stopped training there."},
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.eval_fraction < 1.0:

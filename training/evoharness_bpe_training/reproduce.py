@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -49,7 +50,7 @@ from .reproduce_config import (FORK_OR_RESUME, PRESETS, STAGE_OUTPUTS, STAGES, R
                                shared_stages)
 from .reproduce_episodes import (evaluate_stage, expert_traces, lean_seeds, play_seeds, policy_for, run_budget_problems, training_seeds,
                                  write_traces)
-from .reproduce_training import grpo_train_states, train_grpo, train_sft
+from .reproduce_training import SFT_CHECKPOINTS, grpo_train_states, train_grpo, train_sft
 
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
            "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "adapter_provenance", "register", "PRESETS", "STAGES"]
@@ -213,6 +214,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     def sft_train() -> dict[str, Any]:
         trained, metrics = train_sft(model, tokenizer, dataset, config, out, precision, log)
         _save(trained, tokenizer, out / "sft" / "model", config, "sft")
+        shutil.rmtree(out / SFT_CHECKPOINTS, ignore_errors=True)  # the stage is done: nothing left to resume
         log(f"sft: {len(dataset['train'])} rows, loss {metrics.get('train_loss', float('nan')):.3f}")
         return {"rows": len(dataset["train"]), **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 

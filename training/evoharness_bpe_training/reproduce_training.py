@@ -17,7 +17,7 @@ from .reproduce_episodes import play_seeds, policy_for
 if TYPE_CHECKING:
     from .continuation import ContinuationReward
 
-__all__ = ["step_progress", "trainer_kwargs", "lora_for", "sft_recipe", "train_sft", "SnapshotPolicy", "continuation_reward",
+__all__ = ["step_progress", "trainer_kwargs", "lora_for", "sft_recipe", "train_sft", "SFT_CHECKPOINTS", "last_checkpoint", "SnapshotPolicy", "continuation_reward",
            "grpo_validation", "grpo_arguments", "train_grpo", "grpo_train_states", "skip_completions", "line_ends"]
 
 
@@ -31,7 +31,7 @@ def step_progress(stage: str, log: Any) -> Any:
         progress: Progress | None = None
 
         def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 - transformers' signature
-            self.progress = Progress(stage, state.max_steps, "steps", log)
+            self.progress = Progress(stage, state.max_steps, "steps", log, start=state.global_step)  # resumed: from its step
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
             loss = next((h.get("loss") for h in reversed(state.log_history) if "loss" in h), None)
@@ -56,10 +56,27 @@ def lora_for(model: Any, config: ReproduceConfig) -> Any:
     return lora_config(model, r=config.lora_r, alpha=config.lora_alpha, top_layers=config.lora_layers) if config.lora_r else None
 
 
+SFT_CHECKPOINTS = "sft-checkpoints"
+"""The run folder's folder of ``sft-train``'s saved states (``--sft-checkpoint-steps``), removed when the stage ends."""
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest whole checkpoint in `folder`, or None: a save stopped halfway lacks its trainer
+    state (written last, before older checkpoints are removed), so the one before it counts."""
+    whole = [p for p in folder.glob("checkpoint-*") if p.name[len("checkpoint-"):].isdigit() and (p / "trainer_state.json").is_file()]
+    return str(max(whole, key=lambda p: int(p.name[len("checkpoint-"):]))) if whole else None
+
+
 def sft_recipe(config: ReproduceConfig, out: Path, precision: str, *, lora: bool) -> Any:
-    """The SFT recipe (`SFTRecipeConfig`) of a reproduction's ``sft-train`` stage."""
+    """The SFT recipe (`SFTRecipeConfig`) of a reproduction's ``sft-train`` stage: with
+    ``--sft-checkpoint-steps``, saving its state as it goes and resuming from the last save there."""
     from .sft import SFTRecipeConfig
 
+    trainer_settings = trainer_kwargs(config, precision)
+    if config.sft_checkpoint_steps:
+        checkpoints = out / SFT_CHECKPOINTS
+        trainer_settings.update(save_strategy="steps", save_steps=config.sft_checkpoint_steps, save_total_limit=1,
+                                checkpoint_dir=str(checkpoints), resume_from_checkpoint=last_checkpoint(checkpoints))
     return SFTRecipeConfig(model_name_or_path=config.model, use_peft=lora, output_dir=str(out / "sft"),
                            num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
                            # a pretrained model: one row a pass (no padding to the batch's longest row), the batch by
@@ -69,8 +86,7 @@ def sft_recipe(config: ReproduceConfig, out: Path, precision: str, *, lora: bool
                            max_length=4096, eval_fraction=0.0,
                            deduplicate=False, logging_steps=1, completion_only_loss=config.sft_loss == "completion",
                            opening_weight=config.sft_opening_weight, opening_tokens=config.sft_opening_tokens,
-                           cache_frozen_layers=config.sft_cache_frozen_layers,
-                           **trainer_kwargs(config, precision))
+                           cache_frozen_layers=config.sft_cache_frozen_layers, **trainer_settings)
 
 
 def train_sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig, out: Path, precision: str, log: Any) -> tuple[Any, dict[str, Any]]:
@@ -78,6 +94,8 @@ def train_sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig,
 
     peft_config = lora_for(model, config)
     recipe = sft_recipe(config, out, precision, lora=peft_config is not None)
+    if recipe.resume_from_checkpoint:
+        log(f"sft-train: resuming from its save at step {Path(recipe.resume_from_checkpoint).name[len('checkpoint-'):]}")
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
                      callbacks=[step_progress("sft-train", log)], quiet=True)
     return result.model, dict(result.metrics)

@@ -220,7 +220,9 @@ def run_sft(
     ``<output_dir>/adapter`` (loadable with `peft.PeftModel.from_pretrained` over the same base
     model; without PEFT the whole model lands in ``<output_dir>/model``, a folder to pass as
     ``--model``), the tokenizer beside it, the training log in ``<output_dir>/metrics.jsonl`` and
-    the final figures, with what became of the rows, in ``metrics.json``. `callbacks` are
+    the final figures, with what became of the rows, in ``metrics.json``. Checkpoints (``save_strategy``)
+    go to ``checkpoint_dir`` (else `output_dir`); ``resume_from_checkpoint`` continues from one, its
+    log kept in ``metrics.jsonl`` and the steps after it trained again. `callbacks` are
     extra `transformers.TrainerCallback` objects (progress lines, say); `quiet` drops the
     trainer's own printing of log dicts and progress bars (when `callbacks` report progress).
     """
@@ -248,7 +250,9 @@ def run_sft(
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps(recipe_dict(config, model_config), indent=2, default=str), "utf-8")
-    args = copy.copy(config)  # the evaluation schedule below is this run's, not the caller's
+    args = copy.copy(config)  # the evaluation schedule and checkpoint folder below are this run's, not the caller's
+    if config.checkpoint_dir:
+        args.output_dir = config.checkpoint_dir
     if evaluation is not None and args.eval_strategy == "no":
         args.eval_strategy = "steps"
         args.eval_steps = max(1, int(args.save_steps))
@@ -270,7 +274,7 @@ def run_sft(
     if quiet:
         quiet_trainer(trainer)
     with _frozen_layers_cache(trainer, config.cache_frozen_layers) as cache:
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     metrics: dict[str, Any] = dict(result.metrics)
     if cache is not None:
         metrics["frozen_layers_cached"] = len(cache.layers)

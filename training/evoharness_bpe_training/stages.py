@@ -168,13 +168,14 @@ def load_average() -> list[float] | None:
 class Progress:
     """A line per step of a stage: ``[stage] 12/75 episodes · 3m10s · about 16m left``.
 
-    Lines are printed at most every `every` seconds (and always for the last step).
+    Lines are printed at most every `every` seconds (and always for the last step). A stage
+    resumed at step `start` counts from there, and estimates what is left from its own pace.
     """
 
-    def __init__(self, stage: str, total: int, unit: str, log: Callable[[str], None], *, every: float = 20.0) -> None:
+    def __init__(self, stage: str, total: int, unit: str, log: Callable[[str], None], *, every: float = 20.0, start: int = 0) -> None:
         self.stage, self.total, self.unit, self.log, self.every = stage, max(1, total), unit, log, every
         self.started = time.perf_counter()
-        self.count = 0
+        self.count = self.start = min(max(0, start), self.total)
         self._last = 0.0
 
     def advance(self, n: int = 1, note: str = "") -> None:
@@ -184,7 +185,8 @@ class Progress:
             return
         self._last = now
         elapsed = now - self.started
-        left = elapsed / self.count * (self.total - self.count) if self.count else 0.0
+        done_here = self.count - self.start
+        left = elapsed / done_here * (self.total - self.count) if done_here else 0.0
         suffix = f" · {note}" if note else ""
         self.log(f"[{self.stage}] {self.count}/{self.total} {self.unit} · {_clock(elapsed)} · about {_clock(left)} left{suffix}")
 

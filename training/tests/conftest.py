@@ -150,6 +150,21 @@ def locker_env_cls():
     return LockerEnv
 
 
+@pytest.fixture
+def tiny_lora_model():
+    """``make(layers, top_layers) -> (model, tokenizer)``: a fresh tiny model with LoRA on its top layers."""
+    def make(layers: int = 4, top_layers: int = 1):
+        from peft import get_peft_model
+
+        from evoharness_bpe_training.speed import lora_config
+        from evoharness_bpe_training.tiny import build_tiny_model
+
+        base, tokenizer = build_tiny_model(layers=layers, seed=3)
+        return get_peft_model(base, lora_config(base, r=4, alpha=8, top_layers=top_layers)), tokenizer
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def sft_traces() -> list[Trace]:
     """Expert traces of the locker environment for training, recorded by the core runner."""

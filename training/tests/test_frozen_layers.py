@@ -9,33 +9,23 @@ import pytest
 from evoharness_bpe_training.datasets import traces_to_sft_dataset
 
 
-def _lora_model(layers: int = 4, top_layers: int = 1):
-    from peft import get_peft_model
-
-    from evoharness_bpe_training.speed import lora_config
-    from evoharness_bpe_training.tiny import build_tiny_model
-
-    base, tokenizer = build_tiny_model(layers=layers, seed=3)
-    return get_peft_model(base, lora_config(base, r=4, alpha=8, top_layers=top_layers)), tokenizer
-
-
-def test_frozen_bottom_counts_the_layers_below_lora_and_none_with_dropout() -> None:
+def test_frozen_bottom_counts_the_layers_below_lora_and_none_with_dropout(tiny_lora_model) -> None:
     from evoharness_bpe_training.frozen_layers import frozen_bottom_layers
 
-    model, _ = _lora_model(layers=4, top_layers=1)
+    model, _ = tiny_lora_model(layers=4, top_layers=1)
     assert frozen_bottom_layers(model) == 3
-    everywhere, _ = _lora_model(layers=4, top_layers=0)
+    everywhere, _ = tiny_lora_model(layers=4, top_layers=0)
     assert frozen_bottom_layers(everywhere) == 0
     model.base_model.model.model.layers[1].self_attn.attention_dropout = 0.1  # random in training: no cache from layer 1 on
     assert frozen_bottom_layers(model) == 1
 
 
-def test_a_cached_row_skips_the_frozen_layers_and_gives_the_same_loss_and_gradients() -> None:
+def test_a_cached_row_skips_the_frozen_layers_and_gives_the_same_loss_and_gradients(tiny_lora_model) -> None:
     import torch
 
     from evoharness_bpe_training.frozen_layers import cache_frozen_layers
 
-    model, _ = _lora_model(layers=4, top_layers=1)
+    model, _ = tiny_lora_model(layers=4, top_layers=1)
     model.train()
     ids = torch.randint(5, 1000, (1, 40), generator=torch.Generator().manual_seed(0))
     other = torch.randint(5, 1000, (1, 40), generator=torch.Generator().manual_seed(1))
@@ -67,12 +57,12 @@ def test_a_cached_row_skips_the_frozen_layers_and_gives_the_same_loss_and_gradie
         assert model(input_ids=ids, labels=ids).loss.item() == expected
 
 
-def test_generation_with_a_kv_cache_runs_the_layers_as_they_are() -> None:
+def test_generation_with_a_kv_cache_runs_the_layers_as_they_are(tiny_lora_model) -> None:
     import torch
 
     from evoharness_bpe_training.frozen_layers import cache_frozen_layers
 
-    model, _ = _lora_model(layers=4, top_layers=1)
+    model, _ = tiny_lora_model(layers=4, top_layers=1)
     model.eval()
     ids = torch.randint(5, 1000, (1, 12), generator=torch.Generator().manual_seed(0))
     expected = model.generate(input_ids=ids, max_new_tokens=6, do_sample=False)
@@ -82,7 +72,7 @@ def test_generation_with_a_kv_cache_runs_the_layers_as_they_are() -> None:
 
 
 @pytest.mark.slow
-def test_sft_with_the_cache_trains_the_same_adapter_and_runs_the_frozen_layers_once_per_row(tmp_path: Path, sft_traces) -> None:
+def test_sft_with_the_cache_trains_the_same_adapter_and_runs_the_frozen_layers_once_per_row(tmp_path: Path, sft_traces, tiny_lora_model) -> None:
     from safetensors.torch import load_file
 
     from evoharness_bpe_training.sft import SFTRecipeConfig, run_sft
@@ -90,7 +80,7 @@ def test_sft_with_the_cache_trains_the_same_adapter_and_runs_the_frozen_layers_o
     dataset = traces_to_sft_dataset(sft_traces, eval_fraction=0.0)
     adapters, results = {}, {}
     for cached, rows_a_pass in ((False, 1), (True, 1), ("batched", 2)):
-        model, tokenizer = _lora_model(layers=4, top_layers=1)
+        model, tokenizer = tiny_lora_model(layers=4, top_layers=1)
         config = SFTRecipeConfig(output_dir=str(tmp_path / str(cached)), num_train_epochs=3, learning_rate=1e-2,
                                  per_device_train_batch_size=rows_a_pass, gradient_accumulation_steps=2 // rows_a_pass,
                                  eval_fraction=0.0, logging_steps=1, report_to="none", save_strategy="no", seed=0,

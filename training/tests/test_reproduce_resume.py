@@ -356,3 +356,36 @@ def test_raw_stage_alone_trains_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "sft").exists() and not (tmp_path / "grpo").exists()
     assert not any(line.startswith(("sft", "[sft-train]")) for line in lines)
     assert (tmp_path / "report.md").exists() and (tmp_path / "eval-raw.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_stop_in_sft_training_resumes_from_its_last_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in ``sft-train`` after a save: ``--resume`` trains on from the save, logs each step once and
+    leaves no saves behind once the stage has finished."""
+    from transformers import TrainerCallback
+
+    from evoharness_bpe_training import reproduce as module
+    from evoharness_bpe_training import reproduce_training
+
+    class StopAtStep3(TrainerCallback):
+        def on_log(self, args, state, control, **kwargs):  # noqa: ANN001 - transformers' signature
+            if state.global_step == 3:
+                raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(reproduce_training, "step_progress", lambda stage, log: StopAtStep3())
+        with pytest.raises(KeyboardInterrupt):
+            module.reproduce(module.load_reproduce_preset("tiny", out=str(tmp_path), stages="sft", sft_checkpoint_steps=2),
+                             log=lambda line: None)
+    assert not (tmp_path / "stages" / "sft-train.json").exists()
+    assert (tmp_path / "sft-checkpoints" / "checkpoint-2" / "trainer_state.json").exists()
+
+    lines: list[str] = []
+    module.reproduce(module.resume_config(tmp_path), log=lines.append, resume=True)
+    assert "sft-train: resuming from its save at step 2" in lines
+    progress = [line for line in lines if line.startswith("[sft-train] ")]
+    assert progress and progress[0].startswith("[sft-train] 3/")  # counted on from the save
+    steps = [json.loads(line)["step"] for line in (tmp_path / "sft" / "metrics.jsonl").read_text("utf-8").splitlines()
+             if "loss" in json.loads(line)]
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > 3
+    assert (tmp_path / "stages" / "sft-train.json").exists() and not (tmp_path / "sft-checkpoints").exists()
