@@ -50,7 +50,7 @@ from .reproduce_config import (FORK_OR_RESUME, PRESETS, STAGE_OUTPUTS, STAGES, R
                                shared_stages)
 from .reproduce_episodes import (evaluate_stage, expert_traces, lean_seeds, play_seeds, policy_for, run_budget_problems, training_seeds,
                                  write_traces)
-from .reproduce_training import SFT_CHECKPOINTS, grpo_train_states, train_grpo, train_sft
+from .reproduce_training import GRPO_CHECKPOINTS, SFT_CHECKPOINTS, grpo_train_states, train_grpo, train_sft
 
 __all__ = ["ReproduceConfig", "load_reproduce_preset", "reproduce", "reproduce_command", "resume_config", "fork_config",
            "shared_stages", "STAGE_OUTPUTS", "write_adapter_card", "adapter_provenance", "register", "PRESETS", "STAGES"]
@@ -264,6 +264,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             states = kept
             trained, rewards = train_grpo(model, tokenizer, states, config, out, precision, log)
             _save(trained, tokenizer, out / "grpo" / "model", config, "grpo")
+            shutil.rmtree(out / GRPO_CHECKPOINTS, ignore_errors=True)
             return {"steps": config.grpo_steps, "scored": len(rewards)}
 
         folder.run("grpo-train", grpo_train, log)

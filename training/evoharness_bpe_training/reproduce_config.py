@@ -100,6 +100,9 @@ class ReproduceConfig:
         "help": "Save sft-train's state (adapter, optimizer, data order) every this many optimizer steps, so that a stopped "
                 "run's --resume continues that stage from its last save instead of from the start (0: no saves)."})
     grpo_steps: int = field(default=20, metadata={"help": "GRPO optimizer steps."})
+    grpo_checkpoint_steps: int = field(default=1, metadata={
+        "help": "Save grpo-train's state (adapter, optimizer, random state, its logs, validations and best weights so far) "
+                "every this many updates, so that a stopped run's --resume continues that stage from its last save (0: no saves)."})
     grpo_learning_rate: float = field(default=1e-4, metadata={"help": "GRPO learning rate."})
     grpo_lr_schedule: str = field(default="linear", metadata={"help": "`linear` (decays to 0 over --grpo-steps: over a few updates the "
                                                                        "mean step is half the rate) or `constant`."})
@@ -210,7 +213,7 @@ class ReproduceConfig:
         if self.precision not in ("auto", "bf16", "fp32"):
             raise UserError(f"--precision takes auto, bf16 or fp32, not {self.precision!r}")
         for name in ("lora_r", "lora_layers", "eval_batch", "threads", "max_invalid_run", "grpo_continuation_calls", "grpo_skip_samples",
-                     "grpo_beta", "grpo_select_every", "sft_checkpoint_steps"):
+                     "grpo_beta", "grpo_select_every", "sft_checkpoint_steps", "grpo_checkpoint_steps"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if not 0.0 <= self.grpo_select_margin < 1.0:
@@ -320,7 +323,7 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
 """What each stage writes in the run folder (besides its marker)."""
 
 _FIRST_AFFECTED: dict[str, str | None] = {
-    **dict.fromkeys(("out", "stages", "sft_cache_frozen_layers", "sft_checkpoint_steps"), None),  # the same adapter (sooner; or after a stop)
+    **dict.fromkeys(("out", "stages", "sft_cache_frozen_layers", "sft_checkpoint_steps", "grpo_checkpoint_steps"), None),  # the same adapter (sooner; or after a stop)
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
     **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",

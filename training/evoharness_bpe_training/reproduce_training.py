@@ -17,7 +17,7 @@ from .reproduce_episodes import play_seeds, policy_for
 if TYPE_CHECKING:
     from .continuation import ContinuationReward
 
-__all__ = ["step_progress", "trainer_kwargs", "lora_for", "sft_recipe", "train_sft", "SFT_CHECKPOINTS", "last_checkpoint", "SnapshotPolicy", "continuation_reward",
+__all__ = ["step_progress", "trainer_kwargs", "lora_for", "sft_recipe", "train_sft", "SFT_CHECKPOINTS", "GRPO_CHECKPOINTS", "last_checkpoint", "SnapshotPolicy", "continuation_reward",
            "grpo_validation", "grpo_arguments", "train_grpo", "grpo_train_states", "skip_completions", "line_ends"]
 
 
@@ -58,13 +58,22 @@ def lora_for(model: Any, config: ReproduceConfig) -> Any:
 
 SFT_CHECKPOINTS = "sft-checkpoints"
 """The run folder's folder of ``sft-train``'s saved states (``--sft-checkpoint-steps``), removed when the stage ends."""
+GRPO_CHECKPOINTS = "grpo-checkpoints"
+"""The same for ``grpo-train`` (``--grpo-checkpoint-steps``)."""
 
 
-def last_checkpoint(folder: Path) -> str | None:
-    """The newest whole checkpoint in `folder`, or None: a save stopped halfway lacks its trainer
-    state (written last, before older checkpoints are removed), so the one before it counts."""
-    whole = [p for p in folder.glob("checkpoint-*") if p.name[len("checkpoint-"):].isdigit() and (p / "trainer_state.json").is_file()]
+def last_checkpoint(folder: Path, marker: str = "trainer_state.json") -> str | None:
+    """The newest whole checkpoint in `folder`, or None. A checkpoint is whole once it holds `marker`,
+    the file its save writes last: the trainer state by default (written before older checkpoints are
+    removed), so a save stopped halfway is passed over for the one before it."""
+    whole = [p for p in folder.glob("checkpoint-*") if p.name[len("checkpoint-"):].isdigit() and (p / marker).is_file()]
     return str(max(whole, key=lambda p: int(p.name[len("checkpoint-"):]))) if whole else None
+
+
+def _resumed_from(checkpoint: str | None, stage: str, unit: str, log: Any) -> str | None:
+    if checkpoint:
+        log(f"{stage}: resuming from its save at {unit} {Path(checkpoint).name[len('checkpoint-'):]}")
+    return checkpoint
 
 
 def sft_recipe(config: ReproduceConfig, out: Path, precision: str, *, lora: bool) -> Any:
@@ -94,8 +103,7 @@ def train_sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig,
 
     peft_config = lora_for(model, config)
     recipe = sft_recipe(config, out, precision, lora=peft_config is not None)
-    if recipe.resume_from_checkpoint:
-        log(f"sft-train: resuming from its save at step {Path(recipe.resume_from_checkpoint).name[len('checkpoint-'):]}")
+    _resumed_from(recipe.resume_from_checkpoint, "sft-train", "step", log)
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
                      callbacks=[step_progress("sft-train", log)], quiet=True)
     return result.model, dict(result.metrics)
@@ -186,8 +194,10 @@ def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer
     from trl import GRPOConfig
 
     batch = config.grpo_states_per_step * config.grpo_generations
+    saving = ({"save_strategy": "steps", "save_steps": config.grpo_checkpoint_steps, "save_total_limit": 2}
+              if config.grpo_checkpoint_steps else {})  # two: the last one stays whole while the next one saves its files
     return GRPOConfig(
-        output_dir=str(out / "grpo"),
+        output_dir=str(out / (GRPO_CHECKPOINTS if config.grpo_checkpoint_steps else "grpo")),
         max_steps=config.grpo_steps,
         learning_rate=config.grpo_learning_rate,
         lr_scheduler_type=config.grpo_lr_schedule,
@@ -204,7 +214,7 @@ def grpo_arguments(config: ReproduceConfig, out: Path, precision: str, tokenizer
         dataloader_num_workers=0,
         # a sampled call ends with its line, as at inference (`one_line_calls`)
         generation_kwargs={"stop": ["\n"]} if config.use_vllm else {"eos_token_id": line_ends(tokenizer)},
-        **{**trainer_kwargs(config, precision), "seed": config.grpo_trainer_seed()},
+        **{**trainer_kwargs(config, precision), "seed": config.grpo_trainer_seed(), **saving},
     )
 
 
@@ -213,7 +223,7 @@ def train_grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from .callbacks import MetricsFileCallback, RecordsFileCallback
+    from .callbacks import CheckpointFiles, MetricsFileCallback, RecordsFileCallback
     from .continuation import DecoupledReward
     from .exploration import SkipExploration
     from .selection import BestOnValidation, selection_key
@@ -234,11 +244,13 @@ def train_grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config:
             f"prompts of {len(states)} states have one)")
         rollout_func = SkipExploration(skips, config.grpo_skip_samples, tokenizer)
     score_trained_positions_only()
-    callbacks = [MetricsFileCallback(out / "grpo" / "metrics.jsonl"), RecordsFileCallback(reward.log, out / "grpo" / "rewards.jsonl"),
+    grpo = out / "grpo"
+    kept_files = CheckpointFiles([grpo / name for name in ("rewards.jsonl", "selection.jsonl", "selection-best.safetensors", "validation")])
+    callbacks = [kept_files, MetricsFileCallback(grpo / "metrics.jsonl"), RecordsFileCallback(reward.log, grpo / "rewards.jsonl"),
                  step_progress("grpo-train", log)]
     if config.grpo_select_every:
         callbacks.append(BestOnValidation(grpo_validation(config, out, precision, tokenizer, reward, log), config.grpo_select_every,
-                                          path=out / "grpo" / "selection.jsonl", log=log,
+                                          path=grpo / "selection.jsonl", weights_path=grpo / "selection-best.safetensors", log=log,
                                           key=selection_key(config.grpo_select_rule, config.grpo_select_margin)))
     with warnings.catch_warnings():  # TRL marks rollout_func experimental; its contract is tested here
         warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
@@ -256,7 +268,8 @@ def train_grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config:
     reward.policy = SnapshotPolicy(trainer, tokenizer, config, precision)
     reward.prefill = prefill
     trainer.model.train()
-    trainer.train()
+    checkpoint = last_checkpoint(out / GRPO_CHECKPOINTS, marker=CheckpointFiles.MARKER) if config.grpo_checkpoint_steps else None
+    trainer.train(resume_from_checkpoint=_resumed_from(checkpoint, "grpo-train", "update", log))
     return trainer.model, reward.log
 
 

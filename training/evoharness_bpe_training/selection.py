@@ -69,15 +69,19 @@ class BestOnValidation(TrainerCallback):
 
     Ties keep the earlier weights (fewer updates away from the start). Each validation is a record in
     `records` (and a line of `path`, when given): its step, what `validate` returned, and the best
-    step so far.
+    step so far. With `weights_path` the best weights are written there too whenever they change, so
+    that a training resumed from a checkpoint (`path` and `weights_path` put back as they were then)
+    goes on with its validations and best weights instead of validating afresh.
     """
 
     def __init__(self, validate: Validate, every: int, *, path: str | os.PathLike[str] | None = None,
-                 log: Callable[[str], Any] | None = None, key: SelectionKey = by_score) -> None:
+                 weights_path: str | os.PathLike[str] | None = None, log: Callable[[str], Any] | None = None,
+                 key: SelectionKey = by_score) -> None:
         if every < 1:
             raise UserError(f"validation every {every} updates: it takes a count of at least 1")
         self.validate, self.every, self.log, self.key = validate, every, log, key
         self.path = Path(path) if path is not None else None
+        self.weights_path = Path(weights_path) if weights_path is not None else None
         self.records: list[dict[str, Any]] = []
         self.best_step: int | None = None
         self.best_score = float("-inf")
@@ -86,6 +90,8 @@ class BestOnValidation(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201 - transformers' signature
         self.records, self.best_step, self.best_score, self._best_key, self._best = [], None, float("-inf"), None, {}
+        if state.global_step and self._restore():
+            return
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.unlink(missing_ok=True)  # the records of this training only
@@ -105,6 +111,25 @@ class BestOnValidation(TrainerCallback):
         if self.log is not None:
             self.log(f"[select] kept the weights of update {self.best_step} (validation score {self.best_score:.3f})")
 
+    def _restore(self) -> bool:
+        """Take up a resumed training's validations and best weights so far from `path` and
+        `weights_path`, as its checkpoint put them back (`callbacks.CheckpointFiles`); False where
+        either is missing (the validations then start again with the weights training resumes from)."""
+        if self.path is None or self.weights_path is None or not (self.path.exists() and self.weights_path.exists()):
+            return False
+        from safetensors.torch import load_file
+
+        self.records = [json.loads(line) for line in self.path.read_text("utf-8").splitlines() if line.strip()]
+        if not self.records:
+            return False
+        self.best_step = self.records[-1]["best_step"]
+        best = next(record for record in self.records if record["step"] == self.best_step)
+        self.best_score, self._best_key = float(best["score"]), self.key(best, self.records[0])
+        self._best = load_file(str(self.weights_path))
+        if self.log is not None:
+            self.log(f"[select] resumed with {len(self.records)} validations (best: update {self.best_step})")
+        return True
+
     def _check(self, model: Any, step: int) -> None:
         if model is None:
             return
@@ -114,6 +139,11 @@ class BestOnValidation(TrainerCallback):
         if self._best_key is None or rank > self._best_key:
             self._best_key, self.best_score, self.best_step = rank, score, step
             self._best = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+            if self.weights_path is not None:
+                from safetensors.torch import save_file
+
+                self.weights_path.parent.mkdir(parents=True, exist_ok=True)
+                save_file({name: tensor.contiguous() for name, tensor in self._best.items()}, str(self.weights_path))
         record = {"step": step, **result, "best_step": self.best_step}
         self.records.append(record)
         if self.path is not None:

@@ -389,3 +389,63 @@ def test_a_stop_in_sft_training_resumes_from_its_last_save(tmp_path: Path, monke
              if "loss" in json.loads(line)]
     assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > 3
     assert (tmp_path / "stages" / "sft-train.json").exists() and not (tmp_path / "sft-checkpoints").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("select_every", [1, 0])
+def test_a_stop_in_grpo_training_resumes_from_its_last_save_and_ends_as_an_unstopped_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, select_every: int) -> None:
+    """Ctrl-C in ``grpo-train`` after the save of update 1, once update 2 was scored (and validated):
+    ``--resume`` goes on from update 1 with its rewards (validations and best weights), and the stage
+    ends with the logs and weights of the same GRPO never stopped (a fork of the same stages)."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+
+    from evoharness_bpe_training import continuation, reproduce_training
+    from evoharness_bpe_training import reproduce as module
+
+    # the tiny policy fails every episode alike, so its groups would carry no advantage: score by the moves made
+    monkeypatch.setattr(continuation.ContinuationReward, "episode_score",
+                        lambda self, trace, step=0: (len(json.dumps(trace.messages, default=str)) % 11) / 10)
+
+    class StopAtUpdate2(TrainerCallback):
+        def on_log(self, args, state, control, **kwargs):  # noqa: ANN001 - transformers' signature
+            if state.global_step == 2:  # update 2 scored and validated, its save not yet written
+                raise KeyboardInterrupt
+
+    stopped, whole = tmp_path / "stopped", tmp_path / "whole"
+    settings = {"stages": "grpo", "grpo_steps": 2, "grpo_select_every": select_every, "grpo_checkpoint_steps": 1, "grpo_temperature": 1.5}
+    real = reproduce_training.step_progress
+    with monkeypatch.context() as patch:
+        patch.setattr(reproduce_training, "step_progress",
+                      lambda stage, log: StopAtUpdate2() if stage == "grpo-train" else real(stage, log))
+        with pytest.raises(KeyboardInterrupt):
+            module.reproduce(module.load_reproduce_preset("tiny", out=str(stopped), **settings), log=lambda line: None)
+    assert [json.loads(line)["step"] for line in (stopped / "grpo" / "rewards.jsonl").read_text("utf-8").splitlines()][-1] == 1
+    assert (stopped / "grpo-checkpoints" / "checkpoint-1" / "files" / "saved.json").exists()
+    module.reproduce(replace(module.resume_config(stopped), out=str(whole)), log=lambda line: None, fork=stopped)
+
+    lines: list[str] = []
+    module.reproduce(module.resume_config(stopped), log=lines.append, resume=True)
+    assert "grpo-train: resuming from its save at update 1" in lines
+    assert [line for line in lines if line.startswith("[grpo-train] ")][0].startswith("[grpo-train] 2/2 steps")  # update 2 alone
+    assert any(line.startswith("[select] resumed with 2 validations") for line in lines) == bool(select_every)
+    assert not (stopped / "grpo-checkpoints").exists() and (stopped / "stages" / "grpo-train.json").exists()
+
+    def logs(run: Path, name: str) -> list[dict]:
+        return [json.loads(line) for line in (run / "grpo" / name).read_text("utf-8").splitlines()]
+
+    for name, value in [("rewards.jsonl", "reward")] + ([("selection.jsonl", "score")] if select_every else []):
+        assert [(r["step"], r[value]) for r in logs(stopped, name)] == [(r["step"], r[value]) for r in logs(whole, name)]
+    assert len({r["reward"] for r in logs(whole, "rewards.jsonl")}) > 1  # groups with an advantage: GRPO moved the weights
+    weights = {run: load_file(str(run / "grpo" / "model" / "model.safetensors")) for run in (whole, stopped)}
+    sft = load_file(str(whole / "sft" / "model" / "model.safetensors"))
+    moved = max((weights[whole][k] - sft[k]).abs().max().item() for k in sft) > 0
+    if select_every:  # validations at updates 0, 1 and 2, the best weights put back at the end
+        assert sorted(p.name for p in (stopped / "grpo" / "validation").iterdir()) == ["update-0.jsonl", "update-1.jsonl", "update-2.jsonl"]
+        assert moved == (logs(whole, "selection.jsonl")[-1]["best_step"] > 0)
+    else:
+        assert moved  # two updates changed the weights: the comparison below checks the resumed optimizer
+    assert max((weights[whole][k] - weights[stopped][k]).abs().max().item() for k in sft) < 1e-6
