@@ -17,8 +17,8 @@ from .reproduce_episodes import play_seeds, policy_for
 if TYPE_CHECKING:
     from .continuation import ContinuationReward
 
-__all__ = ["step_progress", "trainer_kwargs", "lora_for", "sft_recipe", "train_sft", "SFT_CHECKPOINTS", "GRPO_CHECKPOINTS", "last_checkpoint", "SnapshotPolicy", "continuation_reward",
-           "grpo_validation", "grpo_arguments", "train_grpo", "grpo_train_states", "skip_completions", "line_ends"]
+__all__ = ["step_progress", "trainer_kwargs", "lora_for", "sft_recipe", "train_sft", "SFT_CHECKPOINTS", "GRPO_CHECKPOINTS",
+           "last_checkpoint", "SnapshotPolicy", "continuation_reward", "grpo_validation", "grpo_arguments", "train_grpo", "grpo_train_states", "skip_completions", "line_ends"]
 
 
 def step_progress(stage: str, log: Any) -> Any:

@@ -69,9 +69,10 @@ class BestOnValidation(TrainerCallback):
 
     Ties keep the earlier weights (fewer updates away from the start). Each validation is a record in
     `records` (and a line of `path`, when given): its step, what `validate` returned, and the best
-    step so far. With `weights_path` the best weights are written there too whenever they change, so
-    that a training resumed from a checkpoint (`path` and `weights_path` put back as they were then)
-    goes on with its validations and best weights instead of validating afresh.
+    step so far. With `weights_path` the best weights are written there too whenever they change
+    (and removed once put back at the end), so that a training resumed from a checkpoint (`path` and
+    `weights_path` put back as they were then) goes on with its validations and best weights
+    instead of validating afresh.
     """
 
     def __init__(self, validate: Validate, every: int, *, path: str | os.PathLike[str] | None = None,
@@ -108,6 +109,8 @@ class BestOnValidation(TrainerCallback):
         parameters = dict(model.named_parameters())
         for name, saved in self._best.items():
             parameters[name].data.copy_(saved)
+        if self.weights_path is not None:  # kept for a resumed training; the trained model now holds them
+            self.weights_path.unlink(missing_ok=True)
         if self.log is not None:
             self.log(f"[select] kept the weights of update {self.best_step} (validation score {self.best_score:.3f})")
 

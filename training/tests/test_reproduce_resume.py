@@ -433,6 +433,7 @@ def test_a_stop_in_grpo_training_resumes_from_its_last_save_and_ends_as_an_unsto
     assert [line for line in lines if line.startswith("[grpo-train] ")][0].startswith("[grpo-train] 2/2 steps")  # update 2 alone
     assert any(line.startswith("[select] resumed with 2 validations") for line in lines) == bool(select_every)
     assert not (stopped / "grpo-checkpoints").exists() and (stopped / "stages" / "grpo-train.json").exists()
+    assert not (stopped / "grpo" / "selection-best.safetensors").exists()  # kept for a resume only; grpo/model holds them
 
     def logs(run: Path, name: str) -> list[dict]:
         return [json.loads(line) for line in (run / "grpo" / name).read_text("utf-8").splitlines()]
