@@ -10,6 +10,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from .metrics import read_jsonl
+
 __all__ = ["MetricsFileCallback", "RecordsFileCallback", "CheckpointFiles"]
 
 
@@ -46,7 +48,7 @@ class RecordsFileCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001 - transformers' signature
         if state.global_step and self.path.exists():  # resumed, the file put back with its checkpoint (`CheckpointFiles`)
-            self.records[:] = [json.loads(line) for line in self.path.read_text("utf-8").splitlines() if line.strip()]
+            self.records[:] = read_jsonl(self.path)
             self.written = len(self.records)
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001 - transformers' signature

@@ -66,26 +66,34 @@ def last_checkpoint(folder: Path, marker: str = "trainer_state.json") -> str | N
     """The newest whole checkpoint in `folder`, or None. A checkpoint is whole once it holds `marker`,
     the file its save writes last: the trainer state by default (written before older checkpoints are
     removed), so a save stopped halfway is passed over for the one before it."""
-    whole = [p for p in folder.glob("checkpoint-*") if p.name[len("checkpoint-"):].isdigit() and (p / marker).is_file()]
-    return str(max(whole, key=lambda p: int(p.name[len("checkpoint-"):]))) if whole else None
+    whole = {step: path for path in folder.glob("checkpoint-*")
+             if (step := _checkpoint_step(path)) is not None and (path / marker).is_file()}
+    return str(whole[max(whole)]) if whole else None
 
 
-def _resumed_from(checkpoint: str | None, stage: str, unit: str, log: Any) -> str | None:
+def _checkpoint_step(path: Path) -> int | None:
+    """The step of a ``checkpoint-<step>`` folder (transformers' naming), or None for another name."""
+    step = path.name.removeprefix("checkpoint-")
+    return int(step) if step.isdigit() and path.name != step else None
+
+
+def _resume_from(folder: Path, stage: str, unit: str, log: Any, marker: str = "trainer_state.json") -> str | None:
+    """`last_checkpoint` of `folder`, logged when there is one to resume `stage` from."""
+    checkpoint = last_checkpoint(folder, marker)
     if checkpoint:
-        log(f"{stage}: resuming from its save at {unit} {Path(checkpoint).name[len('checkpoint-'):]}")
+        log(f"{stage}: resuming from its save at {unit} {_checkpoint_step(Path(checkpoint))}")
     return checkpoint
 
 
 def sft_recipe(config: ReproduceConfig, out: Path, precision: str, *, lora: bool) -> Any:
     """The SFT recipe (`SFTRecipeConfig`) of a reproduction's ``sft-train`` stage: with
-    ``--sft-checkpoint-steps``, saving its state as it goes and resuming from the last save there."""
+    ``--sft-checkpoint-steps``, saving its state as it goes (`train_sft` resumes from the last save)."""
     from .sft import SFTRecipeConfig
 
     trainer_settings = trainer_kwargs(config, precision)
     if config.sft_checkpoint_steps:
-        checkpoints = out / SFT_CHECKPOINTS
         trainer_settings.update(save_strategy="steps", save_steps=config.sft_checkpoint_steps, save_total_limit=1,
-                                checkpoint_dir=str(checkpoints), resume_from_checkpoint=last_checkpoint(checkpoints))
+                                checkpoint_dir=str(out / SFT_CHECKPOINTS))
     return SFTRecipeConfig(model_name_or_path=config.model, use_peft=lora, output_dir=str(out / "sft"),
                            num_train_epochs=config.sft_epochs, learning_rate=config.sft_learning_rate,
                            # a pretrained model: one row a pass (no padding to the batch's longest row), the batch by
@@ -103,7 +111,8 @@ def train_sft(model: Any, tokenizer: Any, dataset: Any, config: ReproduceConfig,
 
     peft_config = lora_for(model, config)
     recipe = sft_recipe(config, out, precision, lora=peft_config is not None)
-    _resumed_from(recipe.resume_from_checkpoint, "sft-train", "step", log)
+    if config.sft_checkpoint_steps:
+        recipe.resume_from_checkpoint = _resume_from(out / SFT_CHECKPOINTS, "sft-train", "step", log)
     result = run_sft(recipe, dataset=dataset, model=model, tokenizer=tokenizer, peft_config=peft_config,
                      callbacks=[step_progress("sft-train", log)], quiet=True)
     return result.model, dict(result.metrics)
@@ -268,8 +277,8 @@ def train_grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config:
     reward.policy = SnapshotPolicy(trainer, tokenizer, config, precision)
     reward.prefill = prefill
     trainer.model.train()
-    checkpoint = last_checkpoint(out / GRPO_CHECKPOINTS, marker=CheckpointFiles.MARKER) if config.grpo_checkpoint_steps else None
-    trainer.train(resume_from_checkpoint=_resumed_from(checkpoint, "grpo-train", "update", log))
+    checkpoint = _resume_from(out / GRPO_CHECKPOINTS, "grpo-train", "update", log, CheckpointFiles.MARKER) if config.grpo_checkpoint_steps else None
+    trainer.train(resume_from_checkpoint=checkpoint)
     return trainer.model, reward.log
 
 

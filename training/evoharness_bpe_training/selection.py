@@ -24,6 +24,8 @@ from transformers import TrainerCallback
 
 from evoharness_bpe.exceptions import UserError
 
+from .metrics import read_jsonl
+
 __all__ = ["BestOnValidation", "SelectionKey", "by_score", "fewest_calls", "selection_key", "SELECTION_RULES"]
 
 Validate = Callable[[Any, int], dict[str, Any]]
@@ -122,7 +124,7 @@ class BestOnValidation(TrainerCallback):
             return False
         from safetensors.torch import load_file
 
-        self.records = [json.loads(line) for line in self.path.read_text("utf-8").splitlines() if line.strip()]
+        self.records = read_jsonl(self.path)
         if not self.records:
             return False
         self.best_step = self.records[-1]["best_step"]
