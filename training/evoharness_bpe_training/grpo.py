@@ -25,7 +25,7 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evoharness_bpe.exceptions import UserError
@@ -194,11 +194,19 @@ class WindowedRollouts:
 
 
 class _EpisodeLog:
-    """Appends one record per finished rollout to ``episodes.jsonl``."""
+    """Appends one record per finished rollout to ``episodes.jsonl``.
 
-    def __init__(self, path: Path) -> None:
+    A training resumed from a checkpoint of step N keeps the records of steps 1..N and drops those
+    the stopped training wrote after its save (their steps are trained again)."""
+
+    def __init__(self, path: Path, *, resumed_at: int = 0) -> None:
+        from .metrics import read_jsonl
+
         self.path = path
         self.records: list[dict[str, Any]] = []
+        if resumed_at and path.exists():
+            self.records = [r for r in read_jsonl(path) if int(r.get("step", 0)) <= resumed_at]
+        path.write_text("".join(json.dumps(r) + "\n" for r in self.records), "utf-8")
         self._lock = threading.Lock()
 
     def __call__(self, environments: list[Any], trainer_state: Any) -> None:
@@ -223,6 +231,7 @@ def run_grpo(
     model: Any = None,
     tokenizer: Any = None,
     plots: bool = True,
+    callbacks: Sequence[Any] = (),
 ) -> GRPOResult:
     """Train with cost-aware GRPO; save the adapter (or model), the episode log, metrics and plots.
 
@@ -232,9 +241,14 @@ def run_grpo(
     The difficulty of each episode comes from the dataset row, so one run can mix levels. The
     model comes from `model_config` (a TRL `ModelConfig`) when given, else from `config`;
     `peft_config` (any PEFT config, or None for full fine-tuning) replaces its LoRA settings
-    when training starts without ``config.adapter``.
+    when training starts without ``config.adapter``. Checkpoints (``save_strategy``) go to
+    ``output_dir``; ``resume_from_checkpoint`` (a ``checkpoint-<step>`` folder, or True for the
+    newest) continues a stopped training there, its episode log and metrics kept through the
+    save. `callbacks` are extra `transformers.TrainerCallback` objects.
     """
     from trl import GRPOTrainer, get_peft_config
+
+    from .checkpoints import checkpoint_to_resume, saved_step
 
     from .callbacks import MetricsFileCallback
     from .environment import harness_environment, rollout_tool_schemas
@@ -252,11 +266,10 @@ def run_grpo(
             raise UserError("no environment: set `environment` (a registered name or `package.module:Factory`) or pass env_factory=")
         env_factory = resolve_env(config.environment, difficulty=config.difficulty_levels()[0])
     out = Path(config.output_dir)
+    checkpoint = checkpoint_to_resume(config.resume_from_checkpoint, out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps(recipe_dict(config, model_config), indent=2, default=str), "utf-8")
-    episodes_path = out / "episodes.jsonl"
-    episodes_path.unlink(missing_ok=True)
-    log = _EpisodeLog(episodes_path)
+    log = _EpisodeLog(out / "episodes.jsonl", resumed_at=saved_step(checkpoint) if checkpoint else 0)
     model_args = model_config if model_config is not None else config
     if model is None or tokenizer is None:
         model, tokenizer = load_model_and_tokenizer(model_args.model_name_or_path, dtype=model_args.dtype or "float32")
@@ -291,11 +304,11 @@ def run_grpo(
         peft_config=peft_config,
         environment_factory=environment_cls,
         rollout_func=rollout_func,
-        callbacks=[MetricsFileCallback(out / "metrics.jsonl")],
+        callbacks=[MetricsFileCallback(out / "metrics.jsonl"), *callbacks],
     )
     if not windowed:
         render_harness_tools(trainer, rollout_tool_schemas(environment_cls))
-    result = trainer.train()
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     adapter_dir = out / ("adapter" if hasattr(trainer.model, "peft_config") else "model")
     save_model_and_tokenizer(trainer.model, tokenizer, adapter_dir)
     harness = harness_metrics(log.records)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from evoharness_bpe.actions import META_ACTIONS
 
+from .checkpoints import checkpoint_step, last_checkpoint
 from .reproduce_config import VALIDATION, ReproduceConfig
 from .reproduce_episodes import play_seeds, policy_for
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from .continuation import ContinuationReward
 
 __all__ = ["step_progress", "trainer_kwargs", "lora_for", "sft_recipe", "train_sft", "SFT_CHECKPOINTS", "GRPO_CHECKPOINTS",
-           "last_checkpoint", "SnapshotPolicy", "continuation_reward", "grpo_validation", "grpo_arguments", "train_grpo", "grpo_train_states", "skip_completions", "line_ends"]
+           "SnapshotPolicy", "continuation_reward", "grpo_validation", "grpo_arguments", "train_grpo", "grpo_train_states", "skip_completions", "line_ends"]
 
 
 def step_progress(stage: str, log: Any) -> Any:
@@ -62,26 +63,11 @@ GRPO_CHECKPOINTS = "grpo-checkpoints"
 """The same for ``grpo-train`` (``--grpo-checkpoint-steps``)."""
 
 
-def last_checkpoint(folder: Path, marker: str = "trainer_state.json") -> str | None:
-    """The newest whole checkpoint in `folder`, or None. A checkpoint is whole once it holds `marker`,
-    the file its save writes last: the trainer state by default (written before older checkpoints are
-    removed), so a save stopped halfway is passed over for the one before it."""
-    whole = {step: path for path in folder.glob("checkpoint-*")
-             if (step := _checkpoint_step(path)) is not None and (path / marker).is_file()}
-    return str(whole[max(whole)]) if whole else None
-
-
-def _checkpoint_step(path: Path) -> int | None:
-    """The step of a ``checkpoint-<step>`` folder (transformers' naming), or None for another name."""
-    step = path.name.removeprefix("checkpoint-")
-    return int(step) if step.isdigit() and path.name != step else None
-
-
 def _resume_from(folder: Path, stage: str, unit: str, log: Any, marker: str = "trainer_state.json") -> str | None:
     """`last_checkpoint` of `folder`, logged when there is one to resume `stage` from."""
     checkpoint = last_checkpoint(folder, marker)
     if checkpoint:
-        log(f"{stage}: resuming from its save at {unit} {_checkpoint_step(Path(checkpoint))}")
+        log(f"{stage}: resuming from its save at {unit} {checkpoint_step(Path(checkpoint))}")
     return checkpoint
 
 

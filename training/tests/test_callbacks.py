@@ -29,7 +29,7 @@ def test_scored_records_reach_the_file_after_every_step_each_once(tmp_path: Path
 
 def test_checkpoint_files_put_back_what_a_resumed_training_had_at_its_save(tmp_path: Path) -> None:
     from evoharness_bpe_training.callbacks import CheckpointFiles, RecordsFileCallback
-    from evoharness_bpe_training.reproduce_training import last_checkpoint
+    from evoharness_bpe_training.checkpoints import last_checkpoint
 
     out, checkpoints = tmp_path / "grpo", tmp_path / "checkpoints"
     rewards, traces = out / "rewards.jsonl", out / "validation"

@@ -43,7 +43,7 @@ def test_a_resumed_sft_trains_only_the_steps_after_its_save_and_ends_where_an_un
         tmp_path: Path, sft_traces, tiny_lora_model) -> None:
     from safetensors.torch import load_file
 
-    from evoharness_bpe_training.reproduce_training import last_checkpoint
+    from evoharness_bpe_training.checkpoints import last_checkpoint
     from evoharness_bpe_training.sft import SFTRecipeConfig, run_sft
 
     dataset = traces_to_sft_dataset(sft_traces, eval_fraction=0.0)
@@ -88,7 +88,7 @@ def test_a_resumed_sft_trains_only_the_steps_after_its_save_and_ends_where_an_un
 
 
 def test_last_checkpoint_skips_a_save_stopped_halfway(tmp_path: Path) -> None:
-    from evoharness_bpe_training.reproduce_training import last_checkpoint
+    from evoharness_bpe_training.checkpoints import last_checkpoint
 
     assert last_checkpoint(tmp_path / "none") is None
     for step, whole in ((25, True), (50, True), (75, False)):
