@@ -221,17 +221,20 @@ def run_sft(
     model; without PEFT the whole model lands in ``<output_dir>/model``, a folder to pass as
     ``--model``), the tokenizer beside it, the training log in ``<output_dir>/metrics.jsonl`` and
     the final figures, with what became of the rows, in ``metrics.json``. Checkpoints (``save_strategy``)
-    go to ``checkpoint_dir`` (else `output_dir`); ``resume_from_checkpoint`` continues from one, its
-    log kept in ``metrics.jsonl`` and the steps after it trained again. `callbacks` are
+    go to ``checkpoint_dir`` (else `output_dir`); ``resume_from_checkpoint`` (a ``checkpoint-<step>``
+    folder, or True for the newest whole one there) continues from one, its log kept in
+    ``metrics.jsonl`` and the steps after it trained again; anything else is refused before a model loads. `callbacks` are
     extra `transformers.TrainerCallback` objects (progress lines, say); `quiet` drops the
     trainer's own printing of log dicts and progress bars (when `callbacks` report progress).
     """
     from .callbacks import MetricsFileCallback
+    from .checkpoints import checkpoint_to_resume
     from .models import load_model_and_tokenizer, save_model_and_tokenizer
     from .speed import score_trained_positions_only
 
     score_trained_positions_only()
     config = as_recipe(config, SFTRecipeConfig)
+    checkpoint = checkpoint_to_resume(config.resume_from_checkpoint, Path(config.checkpoint_dir or config.output_dir))
     model_args = model_config if model_config is not None else config
     if peft_config is _FROM_CONFIG:
         peft_config = get_peft_config(model_args)
@@ -274,7 +277,7 @@ def run_sft(
     if quiet:
         quiet_trainer(trainer)
     with _frozen_layers_cache(trainer, config.cache_frozen_layers) as cache:
-        result = trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     metrics: dict[str, Any] = dict(result.metrics)
     if cache is not None:
         metrics["frozen_layers_cached"] = len(cache.layers)

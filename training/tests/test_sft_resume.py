@@ -99,3 +99,18 @@ def test_last_checkpoint_skips_a_save_stopped_halfway(tmp_path: Path) -> None:
             (folder / "trainer_state.json").write_text("{}", "utf-8")
     (tmp_path / "checkpoint-x").mkdir()
     assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-50")
+
+
+def test_run_sft_refuses_to_resume_from_what_is_not_a_whole_save_before_loading_a_model(tmp_path: Path, sft_traces) -> None:
+    from evoharness_bpe.exceptions import UserError
+    from evoharness_bpe_training.sft import SFTRecipeConfig, run_sft
+
+    dataset = traces_to_sft_dataset(sft_traces, eval_fraction=0.0)
+    saves = tmp_path / "saves"
+    (saves / "checkpoint-4").mkdir(parents=True)  # a save stopped before its trainer state
+    for resume in (True, str(saves / "checkpoint-4"), str(saves / "checkpoint-8")):
+        config = SFTRecipeConfig(output_dir=str(tmp_path / "out"), checkpoint_dir=str(saves), eval_fraction=0.0,
+                                 report_to="none", resume_from_checkpoint=resume)
+        with pytest.raises(UserError, match="checkpoint"):
+            run_sft(config, dataset=dataset)
+    assert not (tmp_path / "out").exists()
