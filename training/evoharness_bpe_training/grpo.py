@@ -248,9 +248,8 @@ def run_grpo(
     """
     from trl import GRPOTrainer, get_peft_config
 
-    from .checkpoints import checkpoint_to_resume, saved_step
-
     from .callbacks import MetricsFileCallback
+    from .checkpoints import checkpoint_to_resume, saved_step
     from .environment import harness_environment, rollout_tool_schemas
     from .envs import env_factory as resolve_env
     from .metrics import harness_metrics, plot_harness_metrics

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from evoharness_bpe.actions import META_ACTIONS
 
-from .checkpoints import checkpoint_step, last_checkpoint
+from .checkpoints import TRAINER_STATE, checkpoint_step, last_checkpoint
 from .reproduce_config import VALIDATION, ReproduceConfig
 from .reproduce_episodes import play_seeds, policy_for
 
@@ -63,7 +63,7 @@ GRPO_CHECKPOINTS = "grpo-checkpoints"
 """The same for ``grpo-train`` (``--grpo-checkpoint-steps``)."""
 
 
-def _resume_from(folder: Path, stage: str, unit: str, log: Any, marker: str = "trainer_state.json") -> str | None:
+def _resume_from(folder: Path, stage: str, unit: str, log: Any, marker: str = TRAINER_STATE) -> str | None:
     """`last_checkpoint` of `folder`, logged when there is one to resume `stage` from."""
     checkpoint = last_checkpoint(folder, marker)
     if checkpoint:
