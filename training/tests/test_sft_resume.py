@@ -87,20 +87,6 @@ def test_a_resumed_sft_trains_only_the_steps_after_its_save_and_ends_where_an_un
     assert resumed_log == pytest.approx(whole_log, rel=1e-5)
 
 
-def test_last_checkpoint_skips_a_save_stopped_halfway(tmp_path: Path) -> None:
-    from evoharness_bpe_training.checkpoints import last_checkpoint
-
-    assert last_checkpoint(tmp_path / "none") is None
-    for step, whole in ((25, True), (50, True), (75, False)):
-        folder = tmp_path / f"checkpoint-{step}"
-        folder.mkdir()
-        (folder / "adapter_model.safetensors").write_bytes(b"")
-        if whole:
-            (folder / "trainer_state.json").write_text("{}", "utf-8")
-    (tmp_path / "checkpoint-x").mkdir()
-    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-50")
-
-
 def test_run_sft_refuses_to_resume_from_what_is_not_a_whole_save_before_loading_a_model(tmp_path: Path, sft_traces) -> None:
     from evoharness_bpe.exceptions import UserError
     from evoharness_bpe_training.sft import SFTRecipeConfig, run_sft
