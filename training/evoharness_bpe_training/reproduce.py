@@ -10,7 +10,8 @@
 Every stage plays the same held-out seeds of `crm-migration` under the ``bpe`` harness through
 the core loop, with the prompts inference always sees (the dashboard, a recent window, the
 compact tool specs); training never sees those seeds. The stages (`STAGES`), each leaving its
-outputs and a marker in the run folder so that ``--resume`` continues where a run stopped:
+outputs and a marker in the run folder so that ``--resume`` continues where a run stopped (a
+stage that plays episodes keeps those that ended before the stop, `StageFolder.scratch`):
 
 1. ``expert`` — the scripted expert's episodes of the training seeds, at every difficulty;
 2. ``raw`` — the policy before training;
@@ -207,9 +208,14 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     for problem in budget:
         log(f"budget: {problem}")
 
+    def evaluate(stage: str, levels: list[int] | None = None) -> dict[str, Any]:
+        """The evaluation stage `stage` of the current `model`, its finished episodes kept across a stop."""
+        return folder.run(stage, lambda: evaluate_stage(stage, model, tokenizer, config, out, log, precision, levels,
+                                                        keep=folder.scratch(stage)), log)
+
     results: list[dict[str, Any]] = []
     if "raw" in stages:
-        results.append(folder.run("raw", lambda: evaluate_stage("raw", model, tokenizer, config, out, log, precision), log))
+        results.append(evaluate("raw"))
 
     def sft_train() -> dict[str, Any]:
         trained, metrics = train_sft(model, tokenizer, dataset, config, out, precision, log)
@@ -225,7 +231,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             model, tokenizer = _base_model(config, out, dataset)
         model = _load_trained(model, out / "sft" / "model")
     if "sft" in stages:
-        results.append(folder.run("sft", lambda: evaluate_stage("sft", model, tokenizer, config, out, log, precision), log))
+        results.append(evaluate("sft"))
 
     reward_log: list[dict[str, Any]] = []
     selection_log: list[dict[str, Any]] = []
@@ -235,7 +241,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
             seeds = {level: list(range(config.grpo_state_episodes)) for level in config.grpo_levels()}
             player = policy_for(inference_copy(model, precision), tokenizer, config)
-            own = play_seeds(player, config, seeds, out / "grpo-states.jsonl", log=log, stage="grpo-states")
+            own = play_seeds(player, config, seeds, out / "grpo-states.jsonl", log=log, stage="grpo-states",
+                             keep=folder.scratch("grpo-states"))
             states = state_rows(own, player.render_prompt)
             if config.grpo_from_successes:
                 finished = successful_states(states)
@@ -272,8 +279,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
         selection_log = _read_jsonl(out / "grpo" / "selection.jsonl")
         base, tokenizer = _base_model(config, out, dataset) if config.model != "student" else (None, tokenizer)
         model = _load_trained(base, out / "grpo" / "model") if base is not None else _load_trained(model, out / "grpo" / "model")
-        grpo_levels = int_list(config.grpo_eval_difficulties) or None
-        results.append(folder.run("grpo", lambda: evaluate_stage("grpo", model, tokenizer, config, out, log, precision, grpo_levels), log))
+        results.append(evaluate("grpo", int_list(config.grpo_eval_difficulties) or None))
 
     summary = {
         "config": asdict(config),

@@ -3,6 +3,7 @@ plays, playing them (in lockstep when the policy batches), and a stage's evaluat
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -85,30 +86,78 @@ def _jobs(config: ReproduceConfig, seeds: dict[int, list[int]], *, max_steps: in
             return run_episode(env, per_env(env) if per_env is not None else policy, None, episode)
         return play
 
-    return [job(level, seed) for level, level_seeds in seeds.items() for seed in level_seeds]
+    return [job(level, seed) for level, seed in _episodes(seeds)]
+
+
+def _episodes(seeds: dict[int, list[int]]) -> list[tuple[int, int]]:
+    """``(difficulty, seed)`` of every episode of `seeds`, in the order they are played and written."""
+    return [(level, seed) for level, level_seeds in seeds.items() for seed in level_seeds]
+
+
+def _episode_file(folder: Path, level: int, seed: int) -> Path:
+    return folder / f"d{level}-seed{seed}.json"
+
+
+def _saved_episodes(folder: Path | None, episodes: list[tuple[int, int]]) -> dict[tuple[int, int], Any]:
+    """The traces of `episodes` already saved in `folder` (by an interrupted try of the stage)."""
+    from pydantic import ValidationError
+
+    from evoharness_bpe import Trace
+
+    saved: dict[tuple[int, int], Any] = {}
+    for level, seed in episodes if folder is not None else ():
+        path = _episode_file(folder, level, seed)
+        try:
+            saved[(level, seed)] = Trace.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            continue
+        except (ValidationError, ValueError):  # not whole: played again
+            path.unlink()
+    return saved
+
+
+def _save_episode(folder: Path, level: int, seed: int, trace: Any) -> None:
+    """Write one finished episode's trace whole or not at all (a stop mid-write leaves none)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = _episode_file(folder, level, seed)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(trace.model_dump_json(), "utf-8")
+    os.replace(tmp, path)
 
 
 def play_seeds(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], path: Path, *, log: Any = None,
-          stage: str = "", max_steps: int | None = None, per_env: Any = None) -> list[Any]:
+          stage: str = "", max_steps: int | None = None, per_env: Any = None, keep: Path | None = None) -> list[Any]:
     """Play `seeds` (difficulty → seeds) with `policy` through the core loop and write the traces:
     side by side (`Lockstep`, one batched generation per round) when `config.lockstep` is on and
-    the policy batches, else one episode after another."""
+    the policy batches, else one episode after another.
+
+    With `keep` (a stage's scratch folder) every episode is saved there as it ends, and the
+    episodes an interrupted try saved are read back instead of played again; the traces written
+    to `path` are in the same order either way."""
     from evoharness_bpe.lab.runner.lockstep import Lockstep
 
     from .stages import Progress
 
-    jobs = _jobs(config, seeds, max_steps=max_steps, per_env=per_env)
-    progress = Progress(stage, len(jobs), "episodes", log) if log is not None else None
+    episodes = _episodes(seeds)
+    saved = _saved_episodes(keep, episodes)
+    todo = [(episode, job) for episode, job in zip(episodes, _jobs(config, seeds, max_steps=max_steps, per_env=per_env), strict=True)
+            if episode not in saved]
+    if saved and log is not None:
+        log(f"[{stage}] {len(saved)} of {len(episodes)} episodes kept from an interrupted try; playing the other {len(todo)}")
+    progress = Progress(stage, len(episodes), "episodes", log, start=len(saved)) if log is not None else None
 
-    def finished(job: Any) -> Any:
+    def finished(episode: tuple[int, int], job: Any) -> Any:
         def run(player: Any) -> Any:
             trace = job(player)
+            if keep is not None:
+                _save_episode(keep, *episode, trace)
             if progress is not None:
                 progress.advance(note=f"{len(trace.model_calls)} model calls in the last")
             return trace
         return run
 
-    if config.lockstep and hasattr(policy, "complete_batch") and len(jobs) > 1:
+    runs = [finished(episode, job) for episode, job in todo]
+    if config.lockstep and hasattr(policy, "complete_batch") and len(runs) > 1:
         rounds = [0]
 
         def round_done(size: int, seconds: float) -> None:
@@ -116,9 +165,11 @@ def play_seeds(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]]
             if log is not None and (rounds[0] <= 2 or rounds[0] % 5 == 0):
                 log(f"[{stage}] round {rounds[0]}: {size} episodes running, {seconds:.1f} s ({seconds / size:.2f} s per call)")
 
-        traces = Lockstep(policy, max_batch=config.eval_batch or None, on_round=round_done).play([finished(job) for job in jobs])
+        played = Lockstep(policy, max_batch=config.eval_batch or None, on_round=round_done).play(runs)
     else:
-        traces = [finished(job)(policy) for job in jobs]
+        played = [run(policy) for run in runs]
+    saved.update(zip((episode for episode, _ in todo), played, strict=True))
+    traces = [saved[episode] for episode in episodes]
     write_traces(path, traces)
     return traces
 
@@ -167,13 +218,15 @@ def _mean(values: list[float]) -> float:
 
 
 def evaluate_stage(stage: str, model: Any, tokenizer: Any, config: ReproduceConfig, out: Path, log: Any, precision: str,
-              levels: list[int] | None = None) -> dict[str, Any]:
+              levels: list[int] | None = None, *, keep: Path | None = None) -> dict[str, Any]:
+    """Play the held-out seeds of `levels` (the run's difficulties by default) with `model`, write
+    ``eval-<stage>.jsonl`` and return the stage's summary; with `keep`, as `play_seeds`."""
     from .speed import inference_copy
 
     started = time.perf_counter()
     seeds = held_out_seeds(config, levels or config.levels())
     policy = policy_for(inference_copy(model, precision), tokenizer, config)
-    traces = play_seeds(policy, config, seeds, out / f"eval-{stage}.jsonl", log=log, stage=stage)
+    traces = play_seeds(policy, config, seeds, out / f"eval-{stage}.jsonl", log=log, stage=stage, keep=keep)
     summary = stage_summary(stage, traces, time.perf_counter() - started)
     log(f"{stage}: " + "; ".join(f"d{k} success {v['success']:.2f}, meta-calls/ep {v['meta_calls']:.1f}, "
                                   f"meta/step {v['meta_per_env_step']:.2f}" for k, v in summary["levels"].items())

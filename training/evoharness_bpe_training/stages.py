@@ -4,7 +4,9 @@ Every stage writes what it made (a model, traces, metrics) and then a marker,
 ``stages/<name>.json``, holding its results and wall time; a stage with a marker is finished. A
 resumed run (`StageFolder.open(..., resume=True)`) keeps the folder's config, refuses one that
 differs, and starts at the first stage without a marker; a new run can adopt another run's
-finished stages (`StageFolder.adopt`) that its own settings leave alone. `Progress` prints a line per step of a
+finished stages (`StageFolder.adopt`) that its own settings leave alone. A long stage can save
+what it has done so far in its scratch folder (`StageFolder.scratch`), which outlives a stop and
+goes when the stage finishes. `Progress` prints a line per step of a
 long stage, with the elapsed time and an estimate of what is left.
 """
 
@@ -22,7 +24,10 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["StageFolder", "Progress", "config_differences", "load_average", "release_memory"]
+__all__ = ["StageFolder", "Progress", "config_differences", "load_average", "release_memory", "SCRATCH"]
+
+SCRATCH = "unfinished"
+"""The folder, in a run, of the stages' scratch folders (`StageFolder.scratch`)."""
 
 
 def config_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any], *, ignore: tuple[str, ...] = ()) -> list[str]:
@@ -109,6 +114,22 @@ class StageFolder:
     def marker(self, stage: str) -> Path:
         return self.root / "stages" / f"{stage}.json"
 
+    def scratch(self, stage: str) -> Path:
+        """Where `stage` saves what it has done so far (``unfinished/<stage>/``), for a try after a
+        stop to pick up: kept when the stage is interrupted, removed when it finishes, and removed
+        when any other stage runs (an earlier stage run again makes it stale; a later one runs only
+        once this stage has finished). Not created here; never copied by `adopt`."""
+        return self.root / SCRATCH / stage
+
+    def _clear_scratch(self, keep: str | None = None) -> None:
+        folder = self.root / SCRATCH
+        if folder.is_dir():
+            for path in folder.iterdir():
+                if path.name != keep:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if not any(folder.iterdir()):
+                folder.rmdir()
+
     def done(self, stage: str) -> bool:
         """True when `stage` finished (its marker exists)."""
         return self.marker(stage).exists()
@@ -130,6 +151,7 @@ class StageFolder:
             log(f"{stage}: finished earlier ({record.get('wall_s', 0):.0f} s), kept")
             return record["result"]
         self._clear(stage)  # what an interrupted try left (a log appended to, traces half written)
+        self._clear_scratch(keep=stage)  # another stage's saves were made from outputs this run no longer holds
         started = time.perf_counter()
         result = work()
         release_memory()  # a trainer and its rollouts must not stay beside the next stage's evaluation
@@ -139,6 +161,7 @@ class StageFolder:
         tmp = self.marker(stage).with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=2, default=float), "utf-8")
         os.replace(tmp, self.marker(stage))  # the marker appears whole or not at all
+        self._clear_scratch()
         return result
 
 
