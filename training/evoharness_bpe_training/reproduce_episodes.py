@@ -3,7 +3,6 @@ plays, playing them (in lockstep when the policy batches), and a stage's evaluat
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -105,7 +104,9 @@ def _saved_episodes(folder: Path | None, episodes: list[tuple[int, int]]) -> dic
     from evoharness_bpe import Trace
 
     saved: dict[tuple[int, int], Any] = {}
-    for level, seed in episodes if folder is not None else ():
+    if folder is None:
+        return saved
+    for level, seed in episodes:
         path = _episode_file(folder, level, seed)
         try:
             saved[(level, seed)] = Trace.model_validate_json(path.read_bytes())
@@ -118,11 +119,10 @@ def _saved_episodes(folder: Path | None, episodes: list[tuple[int, int]]) -> dic
 
 def _save_episode(folder: Path, level: int, seed: int, trace: Any) -> None:
     """Write one finished episode's trace whole or not at all (a stop mid-write leaves none)."""
+    from .stages import write_whole
+
     folder.mkdir(parents=True, exist_ok=True)
-    path = _episode_file(folder, level, seed)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(trace.model_dump_json(), "utf-8")
-    os.replace(tmp, path)
+    write_whole(_episode_file(folder, level, seed), trace.model_dump_json())
 
 
 def play_seeds(policy: Any, config: ReproduceConfig, seeds: dict[int, list[int]], path: Path, *, log: Any = None,

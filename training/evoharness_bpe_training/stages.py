@@ -24,10 +24,24 @@ from typing import Any
 
 from evoharness_bpe.exceptions import UserError
 
-__all__ = ["StageFolder", "Progress", "config_differences", "load_average", "release_memory", "SCRATCH"]
+__all__ = ["StageFolder", "Progress", "config_differences", "load_average", "release_memory", "write_whole", "SCRATCH"]
 
 SCRATCH = "unfinished"
 """The folder, in a run, of the stages' scratch folders (`StageFolder.scratch`)."""
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a stop mid-write leaves the old file, or none."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 def config_differences(saved: Mapping[str, Any], wanted: Mapping[str, Any], *, ignore: tuple[str, ...] = ()) -> list[str]:
@@ -105,11 +119,7 @@ class StageFolder:
 
     def _clear(self, stage: str) -> None:
         for relative in self.outputs.get(stage, ()):
-            path = self.root / relative
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+            _remove(self.root / relative)
 
     def marker(self, stage: str) -> Path:
         return self.root / "stages" / f"{stage}.json"
@@ -126,7 +136,7 @@ class StageFolder:
         if folder.is_dir():
             for path in folder.iterdir():
                 if path.name != keep:
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+                    _remove(path)
             if not any(folder.iterdir()):
                 folder.rmdir()
 
@@ -158,9 +168,7 @@ class StageFolder:
         wall = round(time.perf_counter() - started, 1)
         self.wall[stage] = wall
         record = {"stage": stage, "wall_s": wall, "finished_at": time.time(), "load": load_average(), "result": result}
-        tmp = self.marker(stage).with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2, default=float), "utf-8")
-        os.replace(tmp, self.marker(stage))  # the marker appears whole or not at all
+        write_whole(self.marker(stage), json.dumps(record, indent=2, default=float))
         self._clear_scratch()
         return result
 
