@@ -12,6 +12,7 @@ from typing import Any
 from evoharness_bpe.actions import META_ACTIONS
 
 from .reproduce_config import HELD_OUT, ReproduceConfig, int_list
+from .stages import write_whole
 
 __all__ = ["policy_for", "expert_for", "held_out_seeds", "training_seeds", "lean_seeds", "expert_traces", "run_budget_problems",
            "play_seeds", "write_traces", "stage_summary", "evaluate_stage"]
@@ -119,8 +120,6 @@ def _saved_episodes(folder: Path | None, episodes: list[tuple[int, int]]) -> dic
 
 def _save_episode(folder: Path, level: int, seed: int, trace: Any) -> None:
     """Write one finished episode's trace whole or not at all (a stop mid-write leaves none)."""
-    from .stages import write_whole
-
     folder.mkdir(parents=True, exist_ok=True)
     write_whole(_episode_file(folder, level, seed), trace.model_dump_json())
 
