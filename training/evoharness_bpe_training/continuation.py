@@ -37,7 +37,7 @@ from evoharness_bpe.lab.runner.lockstep import Lockstep
 
 from .rewards import CostWeights, RolloutCost, cost_aware_score, decoupled_parts, flatten_uniform_groups, lift_failed_skips
 
-__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "episode_cost", "ContinuationReward", "reply_from_text",
+__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "closing_states", "CLOSING_ACTION", "episode_cost", "ContinuationReward", "reply_from_text",
            "reference_scorer", "DecoupledReward", "ScoredBatch"]
 
 ChatMessage = dict[str, Any]
@@ -113,6 +113,39 @@ def successful_states(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows (`state_rows`) of episodes that succeeded: states the policy can finish from, where
     a group's continuations can differ in cost and not only fail alike."""
     return [row for row in rows if row.get("succeeded")]
+
+
+CLOSING_ACTION = "finish"
+"""The environment action that ends an episode on the agent's word (the CRM migration's and the review's)."""
+
+
+def closing_states(rows: Sequence[dict[str, Any]], make_env: Callable[[str, int], Any], config: EpisodeConfig,
+                   action: str = CLOSING_ACTION) -> list[dict[str, Any]]:
+    """The rows (`state_rows`) of episodes that failed where calling `action` would have ended the
+    episode in success: the work was done and the policy went on (and spoilt it) instead of closing.
+
+    Each row's episode is replayed to that state (the same seed, the recorded replies) and closed
+    with `action`; the rows returned carry ``closing: True``. An environment without `action` has none.
+    """
+    closing_call = {"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "call_close", "type": "function", "function": {"name": action, "arguments": {}}}]}
+    tools: dict[tuple[str, int], set[str]] = {}
+    found = []
+    for row in rows:
+        if row.get("succeeded"):
+            continue
+        place = (str(row["env"]), int(row["difficulty"]))
+        if place not in tools:
+            tools[place] = {t["function"]["name"] for t in make_env(*place).tools(style=config.spec_style)}
+        if action not in tools[place]:
+            continue
+        recorded = json.loads(row["replies"])
+        # the budget ends right after the closing call: the policy is never asked
+        replay = config.model_copy(update={"seed": int(row["seed"]), "max_steps": len(recorded) + 1})
+        trace = run_episode(make_env(*place), ContinuationPolicy(recorded, closing_call, None), None, replay)
+        if trace.outcome.success:
+            found.append({**row, "closing": True})
+    return found
 
 
 def episode_cost(trace: Trace) -> RolloutCost:

@@ -160,7 +160,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
 
     from evoharness_bpe import read_traces
 
-    from .continuation import consulting_states, state_rows, successful_states
+    from .continuation import closing_states, consulting_states, state_rows, successful_states
     from .datasets import traces_to_sft_dataset
     from .reproduce_report import targets, write_report
     from .speed import resolve_precision
@@ -237,6 +237,8 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
     selection_log: list[dict[str, Any]] = []
     if "grpo" in stages:
         def grpo_states() -> dict[str, Any]:
+            from evoharness_bpe.lab.envs import make_env
+
             from .speed import inference_copy
 
             seeds = {level: list(range(config.grpo_state_episodes)) for level in config.grpo_levels()}
@@ -244,6 +246,7 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             own = play_seeds(player, config, seeds, out / "grpo-states.jsonl", log=log, stage="grpo-states",
                              keep=folder.scratch("grpo-states"))
             states = state_rows(own, player.render_prompt)
+            closing = closing_states(states, make_env, config.episode_config()) if config.grpo_closing_states else []
             if config.grpo_from_successes:
                 finished = successful_states(states)
                 if not finished:
@@ -256,11 +259,15 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
                     log("grpo: the SFT policy never called a meta-action; training on all its states")
                     kind = "all"
                 states = consulting or states
+            places = {(c["difficulty"], c["seed"], c["position"]) for c in closing}
+            states = [{**state, "closing": False} for state in states  # one set of columns for the dataset
+                      if (state["difficulty"], state["seed"], state["position"]) not in places] + closing
             (out / "grpo-states.json").write_text(json.dumps(states), "utf-8")
-            return {"states": len(states), "kind": kind, "episodes": len(own), "successes": sum(bool(t.outcome.success) for t in own)}
+            return {"states": len(states), "kind": kind, "closing": len(closing), "episodes": len(own), "successes": sum(bool(t.outcome.success) for t in own)}
 
         info = folder.run("grpo-states", grpo_states, log)
-        log(f"grpo: {info['states']} states ({info['kind']}) from {info['episodes']} SFT-policy episodes ({info['successes']} successes)")
+        closing_note = f", {info['closing']} of them closing" if info.get("closing") else ""
+        log(f"grpo: {info['states']} states ({info['kind']}{closing_note}) from {info['episodes']} SFT-policy episodes ({info['successes']} successes)")
 
         def grpo_train() -> dict[str, Any]:
             states = json.loads((out / "grpo-states.json").read_text("utf-8"))

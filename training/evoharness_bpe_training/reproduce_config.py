@@ -115,6 +115,10 @@ class ReproduceConfig:
     grpo_from_successes: bool = field(default=False, metadata={"help": "GRPO trains on states of the SFT policy's successful episodes "
                                                                         "only: states it can finish from, where a group's continuations "
                                                                         "differ in cost and not only fail alike."})
+    grpo_closing_states: bool = field(default=False, metadata={
+        "help": "Also train on the states of the SFT policy's failed episodes where finishing right there would have "
+                "succeeded (the work done, the policy went on and spoilt it), found by replaying each episode and "
+                "closing it; with --grpo-skip-samples their forced samples are the closing action."})
     grpo_continuation_calls: int = field(default=0, metadata={"help": "Model calls a GRPO continuation may make after its sampled action; "
                                                                      "one still running is cut and scores as unfinished (the reference's "
                                                                      "step budget). 0: up to --max-steps."})
@@ -325,7 +329,8 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
 _FIRST_AFFECTED: dict[str, str | None] = {
     **dict.fromkeys(("out", "stages", "sft_cache_frozen_layers", "sft_checkpoint_steps", "grpo_checkpoint_steps"), None),  # the same adapter (sooner; or after a stop)
     **dict.fromkeys(("threads", "eval_batch", "lockstep"), "raw"),
-    **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes"), "grpo-states"),
+    **dict.fromkeys(("grpo_state_episodes", "grpo_difficulties", "grpo_states", "grpo_from_successes",
+                     "grpo_closing_states"), "grpo-states"),
     **dict.fromkeys(("grpo_steps", "grpo_learning_rate", "grpo_lr_schedule", "grpo_states_per_step", "grpo_generations", "grpo_temperature", "grpo_beta",
                      "grpo_scale_rewards", "grpo_continuation_calls", "grpo_skip_samples", "grpo_skip_kinds", "reward", "lam", "mu", "invalid_penalty",
                      "charge_on_success_only", "grpo_skip_pull_only", "grpo_skip_uniform_groups", "grpo_lead_states", "use_vllm",

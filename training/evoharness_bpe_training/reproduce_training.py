@@ -271,10 +271,11 @@ def train_grpo(model: Any, tokenizer: Any, states: list[dict[str, Any]], config:
 def grpo_train_states(states: list[dict[str, Any]], config: ReproduceConfig) -> list[dict[str, Any]]:
     """The states GRPO trains on: all of `states`, or with guided exploration narrowed by
     ``--grpo-skip-kinds`` those whose meta-action is one it skips (all of them if none is), with
-    ``--grpo-lead-states`` each one's preceding state of its episode as well (in `states`' order)."""
+    ``--grpo-lead-states`` each one's preceding state of its episode as well (in `states`' order).
+    Closing states (``--grpo-closing-states``) are always kept."""
     if not config.grpo_skip_samples or set(config.skip_kinds()) == set(META_ACTIONS):
         return states
-    skipped = [state for state in states if state.get("called") in config.skip_kinds()]
+    skipped = [state for state in states if state.get("called") in config.skip_kinds() or state.get("closing")]
     if not skipped:
         return states
     if not config.grpo_lead_states:
@@ -293,15 +294,21 @@ def skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer:
                       kinds: Sequence[str] = META_ACTIONS) -> dict[str, str]:
     """Each consulting state's skip (`exploration.skip_action` in the episode it came from) as the
     completion text GRPO trains on, keyed by the state's prompt; a state where the episode acted,
-    or whose meta-action is not one of `kinds`, has none."""
+    or whose meta-action is not one of `kinds`, has none. A closing state's is the closing action."""
     from evoharness_bpe import read_traces
 
+    from .continuation import CLOSING_ACTION
     from .exploration import completion_text, skip_action
     from .grpo import CHAT_TEMPLATE_KWARGS
 
     episodes = {(int(t.metadata.get("difficulty") or 1), int(t.metadata["seed"])): t for t in read_traces(traces_path)}
+    closing = {"role": "assistant", "content": None,
+               "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": CLOSING_ACTION, "arguments": "{}"}}]}
     skips = {}
     for state in states:
+        if state.get("closing"):
+            skips[state["prompt"]] = completion_text(tokenizer, closing, prefill, CHAT_TEMPLATE_KWARGS)
+            continue
         if state.get("called") not in kinds:  # kinds are meta-actions: a state where the episode acted has none
             continue
         action = skip_action(episodes[int(state["difficulty"]), int(state["seed"])], int(state["position"]), kinds)

@@ -297,3 +297,35 @@ def test_decoupled_reward_splits_each_scored_batch_in_its_task_and_cost_parts(ex
     assert cost[0] == pytest.approx(cost[1] - 0.1) and cost[2] == pytest.approx((cost[0] + cost[1]) / 2)
     with pytest.raises(UserError, match="task first"):  # each batch's parts are read once
         cost_part([noting["prompt"]] * 3, texts, **kwargs)
+
+
+def _spoilt_episode(expert_trace):
+    """The expert's episode with batch 1 resent after the last report, before finishing: every
+    record had landed or been reported, and the resend fails the episode."""
+    replies = [c.response for c in expert_trace.model_calls]
+    resend = next(r for r in replies if r["tool_calls"][0]["function"]["name"] == "submit_batch")
+    played = [*replies[:-1], resend]
+    trace = run_episode(make_env("crm-migration", 1), ContinuationPolicy(played, replies[-1], policy=None), None, CONFIG)
+    last_report = max(n for n, r in enumerate(replies) if r["tool_calls"][0]["function"]["name"] == "report_invalid")
+    return trace, list(range(last_report + 1, len(played) + 1))
+
+
+def test_closing_states_are_those_of_a_failed_episode_where_finishing_succeeds(expert_trace) -> None:
+    from evoharness_bpe_training.continuation import closing_states
+
+    spoilt, expected = _spoilt_episode(expert_trace)
+    assert not spoilt.outcome.success and spoilt.outcome.info["repeated_batches"] == 1
+    rows = state_rows([spoilt], lambda m, t: "")
+    closing = closing_states(rows, lambda name, level: make_env(name, level), CONFIG)
+    # after the last report every record is settled: finishing there succeeds, up to the resend itself
+    assert [row["position"] for row in closing] == expected[:-1]
+    assert all(row["closing"] for row in closing) and len(rows) == expected[-1] + 1
+    assert closing_states(state_rows([expert_trace], lambda m, t: ""), lambda name, level: make_env(name, level), CONFIG) == []
+
+
+def test_an_environment_without_the_closing_action_has_no_closing_state(expert_trace) -> None:
+    from evoharness_bpe_training.continuation import closing_states
+
+    spoilt, _ = _spoilt_episode(expert_trace)
+    rows = state_rows([spoilt], lambda m, t: "")
+    assert closing_states(rows, lambda name, level: make_env(name, level), CONFIG, action="close_review") == []

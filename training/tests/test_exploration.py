@@ -254,3 +254,31 @@ def test_lead_states_add_the_call_before_each_skipped_state(expert_trace, tmp_pa
     assert added and len(leading) < len(states)  # the calls before the notes, and no others
     with pytest.raises(UserError, match="--grpo-lead-states"):
         load_reproduce_preset("tiny", out=str(tmp_path), grpo_lead_states=True, grpo_states="consulting")
+
+
+def test_closing_states_are_kept_and_their_forced_sample_is_the_closing_action(expert_trace, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from evoharness_bpe import TraceWriter
+    from evoharness_bpe_training.continuation import CLOSING_ACTION
+    from evoharness_bpe_training.reproduce_config import load_reproduce_preset
+    from evoharness_bpe_training.reproduce_training import grpo_train_states, skip_completions
+    from evoharness_bpe_training.student import student_chat_template
+    from evoharness_bpe_training.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(512, chat_template=student_chat_template())
+    with TraceWriter(tmp_path / "states.jsonl") as writer:
+        writer.write(expert_trace)
+    rows = [{**s, "difficulty": 1, "seed": 3, "prompt": f"state {n}"} for n, s in enumerate(state_rows([expert_trace], lambda m, t: ""))]
+    # the expert's last commit as if finishing there had been the way out of a failed episode
+    commit = max(n for n, s in enumerate(rows) if s["called"] == "commit")
+    states = [{**s, "closing": n == commit} for n, s in enumerate(rows)]
+    config = replace(load_reproduce_preset("tiny", out=str(tmp_path), grpo_skip_kinds="note", grpo_states="all"),
+                     grpo_skip_samples=1, grpo_generations=4)
+    kept = grpo_train_states(states, config)
+    assert [s["position"] for s in kept] == sorted([commit] + [s["position"] for s in states if s["called"] == "note"])
+    skips = skip_completions(states, tmp_path / "states.jsonl", tokenizer, PREFILL, ("note",))
+    tools = make_env("crm-migration", 1).tools(style="compact")
+    assert _name(reply_from_text(PREFILL + skips[f"state {commit}"], tools)) == CLOSING_ACTION
+    assert _name(reply_from_text(PREFILL + skips[f"state {commit}"], tools)) != rows[commit]["called"]
+    assert set(skips) == {f"state {commit}"} | {s["prompt"] for s in states if s["called"] == "note"}

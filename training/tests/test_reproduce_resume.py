@@ -124,6 +124,7 @@ def test_shared_stages_end_before_the_first_stage_a_changed_setting_touches() ->
     assert shared_stages(saved, {**saved, "grpo_scale_rewards": "batch"}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "grpo_skip_uniform_groups": True}) == ["expert", "raw", "sft-train", "sft", "grpo-states"]
     assert shared_stages(saved, {**saved, "lam": 0.1, "grpo_states": "consulting"}) == ["expert", "raw", "sft-train", "sft"]
+    assert shared_stages(saved, {**saved, "grpo_closing_states": True}) == ["expert", "raw", "sft-train", "sft"]
     assert shared_stages(saved, {**saved, "grpo_eval_difficulties": "2"})[-1] == "grpo-train"
     assert shared_stages(saved, {**saved, "out": "elsewhere", "threads": 1}) == ["expert"]
     assert shared_stages(saved, {**saved, "sft_epochs": 9.0}) == []  # a setting not listed changes every stage
