@@ -37,7 +37,7 @@ from evoharness_bpe.lab.runner.lockstep import Lockstep
 
 from .rewards import CostWeights, RolloutCost, cost_aware_score, decoupled_parts, flatten_uniform_groups, lift_failed_skips
 
-__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "closing_states", "CLOSING_ACTION", "episode_cost", "ContinuationReward", "reply_from_text",
+__all__ = ["ContinuationPolicy", "state_rows", "consulting_states", "successful_states", "closing_states", "closing_reply", "CLOSING_ACTION", "episode_cost", "ContinuationReward", "reply_from_text",
            "reference_scorer", "DecoupledReward", "ScoredBatch"]
 
 ChatMessage = dict[str, Any]
@@ -119,6 +119,12 @@ CLOSING_ACTION = "finish"
 """The environment action that ends an episode on the agent's word (the CRM migration's and the review's)."""
 
 
+def closing_reply(action: str = CLOSING_ACTION) -> ChatMessage:
+    """The assistant message that calls the closing `action` (it takes no arguments)."""
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": action, "arguments": "{}"}}]}
+
+
 def closing_states(rows: Sequence[dict[str, Any]], make_env: Callable[[str, int], Any], config: EpisodeConfig,
                    action: str = CLOSING_ACTION) -> list[dict[str, Any]]:
     """The rows (`state_rows`) of episodes that failed where calling `action` would have ended the
@@ -127,8 +133,7 @@ def closing_states(rows: Sequence[dict[str, Any]], make_env: Callable[[str, int]
     Each row's episode is replayed to that state (the same seed, the recorded replies) and closed
     with `action`; the rows returned carry ``closing: True``. An environment without `action` has none.
     """
-    closing_call = {"role": "assistant", "content": None,
-                    "tool_calls": [{"id": "call_close", "type": "function", "function": {"name": action, "arguments": {}}}]}
+    closing_call = closing_reply(action)
     tools: dict[tuple[str, int], set[str]] = {}
     found = []
     for row in rows:

@@ -297,13 +297,12 @@ def skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer:
     or whose meta-action is not one of `kinds`, has none. A closing state's is the closing action."""
     from evoharness_bpe import read_traces
 
-    from .continuation import CLOSING_ACTION
+    from .continuation import closing_reply
     from .exploration import completion_text, skip_action
     from .grpo import CHAT_TEMPLATE_KWARGS
 
     episodes = {(int(t.metadata.get("difficulty") or 1), int(t.metadata["seed"])): t for t in read_traces(traces_path)}
-    closing = {"role": "assistant", "content": None,
-               "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": CLOSING_ACTION, "arguments": "{}"}}]}
+    closing = closing_reply()
     skips = {}
     for state in states:
         if state.get("closing"):
