@@ -274,7 +274,10 @@ def reproduce(config: ReproduceConfig, *, log: Any = print, resume: bool = False
             kept = grpo_train_states(states, config)
             if len(kept) != len(states):
                 lead = " or come just before one (--grpo-lead-states)" if config.grpo_lead_states else ""
-                log(f"grpo: {len(kept)} of {len(states)} states called {', '.join(config.skip_kinds())} (--grpo-skip-kinds){lead}")
+                closing = sum(bool(state.get("closing")) for state in kept)
+                also = f", {closing} closing states" if closing else ""
+                log(f"grpo: {len(kept)} of {len(states)} states kept: {len(kept) - closing} called {', '.join(config.skip_kinds())} "
+                    f"(--grpo-skip-kinds){lead}{also}")
             states = kept
             trained, rewards = train_grpo(model, tokenizer, states, config, out, precision, log)
             _save(trained, tokenizer, out / "grpo" / "model", config, "grpo")
