@@ -302,11 +302,12 @@ def skip_completions(states: list[dict[str, Any]], traces_path: Path, tokenizer:
     from .grpo import CHAT_TEMPLATE_KWARGS
 
     episodes = {(int(t.metadata.get("difficulty") or 1), int(t.metadata["seed"])): t for t in read_traces(traces_path)}
-    closing = closing_reply()
+    # rendered once, and only for a run that has closing states
+    closing = completion_text(tokenizer, closing_reply(), prefill, CHAT_TEMPLATE_KWARGS) if any(s.get("closing") for s in states) else ""
     skips = {}
     for state in states:
         if state.get("closing"):
-            skips[state["prompt"]] = completion_text(tokenizer, closing, prefill, CHAT_TEMPLATE_KWARGS)
+            skips[state["prompt"]] = closing
             continue
         if state.get("called") not in kinds:  # kinds are meta-actions: a state where the episode acted has none
             continue
